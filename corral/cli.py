@@ -1,0 +1,87 @@
+"""The `corral` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from corral import __version__
+
+
+def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser(
+        "sandbox",
+        help="run the loopback OpenStack + GitHub sandbox",
+        description=(
+            "Run the sandbox: a loopback OpenStack (Keystone, Nova, Glance, Neutron, Cinder) and GitHub "
+            "(REST, App auth, runners, jobs, webhooks) for tests, demos and benchmarks. Prints one JSON "
+            "line with URLs and credentials, then serves until interrupted."
+        ),
+    )
+    parser.add_argument("--webhook-url", help="where GitHub's webhook deliveries go (default: none)")
+    parser.add_argument(
+        "--boot-delay", type=float, default=1.0, metavar="SECONDS", help="BUILD -> ACTIVE time (default 1)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on")
+    parser.add_argument("--openstack-port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--github-port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--workdir", type=Path, help="where clouds.yaml and the App key go (default: a temp dir)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for injected faults")
+    parser.set_defaults(handler=_run_sandbox)
+
+
+def _run_sandbox(args: argparse.Namespace) -> int:
+    from corral.sandbox.server import Sandbox
+    from corral.sandbox.world import Timings
+
+    if args.boot_delay < 0:
+        print("corral sandbox: --boot-delay must not be negative", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    sandbox = Sandbox(
+        host=args.host,
+        openstack_port=args.openstack_port,
+        github_port=args.github_port,
+        workdir=args.workdir,
+        timings=Timings(boot_delay=args.boot_delay),
+        webhook_url=args.webhook_url,
+        seed=args.seed,
+    )
+    try:
+        info = sandbox.start()
+        print(json.dumps(info.as_dict()), flush=True)
+        stop.wait()
+    finally:
+        sandbox.stop()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="corral", description="Ephemeral self-hosted GitHub Actions runners on OpenStack."
+    )
+    parser.add_argument("--version", action="version", version=f"corral {__version__}")
+    subcommands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_sandbox_parser(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return 2
+    result: int = args.handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The OpenStack side of the sandbox: Keystone, Nova, Glance, Neutron and Cinder subsets."""

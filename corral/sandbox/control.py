@@ -1,0 +1,143 @@
+"""The sandbox's control API under `/_sandbox/`: submit jobs and traces, read counters, switch faults.
+
+This is how tests, the demo and benchmarks drive the world from outside, over HTTP, the same way whether
+the sandbox runs in-process or as `corral sandbox` in another process. It is a test double's control
+panel, served on loopback only, so it has no authentication.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, HTTPException, Response
+from pydantic import BaseModel, Field
+
+from corral.sandbox.faults import FaultSpecError
+
+if TYPE_CHECKING:
+    from corral.sandbox.world import World
+
+MAX_TRACE_JOBS = 100_000
+
+
+class JobRequest(BaseModel):
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", examples=["octo-org/app"])
+    labels: list[str] = Field(default_factory=lambda: ["self-hosted"], min_length=1, max_length=100)
+    duration: float = Field(default=1.0, ge=0, le=86_400)
+    workflow_name: str | None = None
+
+
+class TraceJob(JobRequest):
+    at: float = Field(default=0.0, ge=0, le=86_400, description="seconds after the trace is posted")
+
+
+class TraceRequest(BaseModel):
+    jobs: list[TraceJob] = Field(max_length=MAX_TRACE_JOBS)
+
+
+class QuotaRequest(BaseModel):
+    instances: int | None = Field(default=None, ge=-1)
+    cores: int | None = Field(default=None, ge=-1)
+    ram: int | None = Field(default=None, ge=-1)
+    volumes: int | None = Field(default=None, ge=-1)
+    gigabytes: int | None = Field(default=None, ge=-1)
+
+
+class TimingsRequest(BaseModel):
+    boot_delay: float | None = Field(default=None, ge=0)
+    register_delay: float | None = Field(default=None, ge=0)
+    delete_delay: float | None = Field(default=None, ge=0)
+
+
+class WebhookRequest(BaseModel):
+    url: str | None
+
+
+class RateLimitRequest(BaseModel):
+    remaining: int = Field(ge=0)
+    reset_in: int = Field(default=3600, ge=0)
+
+
+def build_control_router(world: World) -> APIRouter:
+    """Routes that act on `world`; every call runs on the world's loop, so state needs no locks."""
+    router = APIRouter(prefix="/_sandbox", tags=["sandbox control"])
+
+    def job_or_404(view: dict[str, Any] | None, job_id: int) -> dict[str, Any]:
+        if view is None:
+            raise HTTPException(status_code=404, detail=f"no job {job_id}")
+        return view
+
+    @router.post("/jobs", status_code=201)
+    async def submit_job(body: JobRequest) -> dict[str, Any]:
+        return world.github.submit_job(body.repo, body.labels, body.duration, body.workflow_name)
+
+    @router.get("/jobs")
+    async def list_jobs(status: str | None = None) -> list[dict[str, Any]]:
+        return [job for job in world.github.jobs_view() if status is None or job["status"] == status]
+
+    @router.get("/jobs/{job_id}")
+    async def get_job(job_id: int) -> dict[str, Any]:
+        return job_or_404(world.github.job_view(job_id), job_id)
+
+    @router.post("/jobs/{job_id}/cancel")
+    async def cancel_job(job_id: int) -> dict[str, Any]:
+        return job_or_404(world.github.cancel_job(job_id), job_id)
+
+    @router.post("/trace", status_code=202)
+    async def submit_trace(body: TraceRequest) -> dict[str, Any]:
+        """Schedule every job of the trace at its arrival offset from now."""
+        for job in body.jobs:
+            world.call_later(
+                job.at, world.github.submit_job, job.repo, job.labels, job.duration, job.workflow_name
+            )
+        last = max((job.at for job in body.jobs), default=0.0)
+        return {"scheduled": len(body.jobs), "last_arrival_s": last}
+
+    @router.get("/stats")
+    async def stats() -> dict[str, Any]:
+        return world.snapshot()
+
+    @router.get("/faults")
+    async def get_faults() -> dict[str, Any]:
+        return world.faults.describe()
+
+    @router.put("/faults")
+    async def put_faults(spec: dict[str, Any]) -> dict[str, Any]:
+        try:
+            world.faults.configure(spec)
+        except FaultSpecError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from exc
+        return world.faults.describe()
+
+    @router.put("/quota")
+    async def put_quota(body: QuotaRequest) -> dict[str, Any]:
+        world.cloud.set_quota(**body.model_dump(exclude_none=True))
+        return {"quota": world.cloud.quota_view()}
+
+    @router.put("/timings")
+    async def put_timings(body: TimingsRequest) -> dict[str, Any]:
+        for name, value in body.model_dump(exclude_none=True).items():
+            setattr(world.timings, name, value)
+        return vars(world.timings)
+
+    @router.put("/webhook")
+    async def put_webhook(body: WebhookRequest) -> dict[str, Any]:
+        world.github.webhook_url = body.url
+        return {"url": body.url}
+
+    @router.get("/deliveries")
+    async def deliveries() -> list[dict[str, Any]]:
+        return world.github.deliveries_view()
+
+    @router.put("/rate-limit")
+    async def put_rate_limit(body: RateLimitRequest) -> dict[str, Any]:
+        world.github.set_rate_limit(remaining=body.remaining, reset_in=body.reset_in)
+        return body.model_dump()
+
+    @router.post("/reset", status_code=204)
+    async def reset() -> Response:
+        """Back to a fresh world (same ports and credentials): no servers, runners, jobs or faults."""
+        world.reset()
+        return Response(status_code=204)
+
+    return router

@@ -1,0 +1,145 @@
+"""Faults that tests, the demo and benchmarks switch on at run time through `/_sandbox/faults`.
+
+Two kinds: endpoint faults (errors and latency on matching HTTP routes of either side) and world faults
+(what happens inside the simulated cloud and GitHub: boots that fail, runners that never register,
+webhook deliveries that are lost, secondary rate limits). Decisions draw from one seeded RNG so a test
+that sets a seed sees the same sequence every run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class FaultSpecError(ValueError):
+    """A fault specification posted to the control API is malformed; the message names the field."""
+
+
+@dataclass
+class EndpointFault:
+    """Errors and latency for requests whose endpoint key matches `match`.
+
+    The endpoint key is `"<side> <METHOD> <route template>"`, for example
+    `"openstack POST /compute/v2.1/servers"` or `"github GET /orgs/{org}/actions/runners"`; `match` is an
+    fnmatch pattern over it (`"openstack *"` hits every cloud call). `count`, when set, limits the fault
+    to that many more matching requests; it is removed once spent.
+    """
+
+    match: str
+    error_rate: float = 0.0
+    status: int = 500
+    latency_ms: float = 0.0
+    count: int | None = None
+
+    def validate(self) -> None:
+        if not self.match:
+            raise FaultSpecError("endpoint fault: 'match' is required, e.g. 'openstack POST /compute/*'")
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise FaultSpecError("endpoint fault: 'error_rate' must be between 0 and 1")
+        if not 400 <= self.status <= 599:
+            raise FaultSpecError("endpoint fault: 'status' must be an HTTP error status (400-599)")
+        if self.latency_ms < 0:
+            raise FaultSpecError("endpoint fault: 'latency_ms' must not be negative")
+        if self.count is not None and self.count < 1:
+            raise FaultSpecError("endpoint fault: 'count' must be at least 1 when given")
+
+
+@dataclass
+class WorldFaults:
+    """Behaviour of the simulated world rather than of one HTTP route."""
+
+    boot_failure_rate: float = 0.0
+    """Share of servers that go to ERROR (with a fault) instead of ACTIVE."""
+    never_register_rate: float = 0.0
+    """Share of servers that boot with a valid JIT config but whose runner never comes online."""
+    webhook_drop_rate: float = 0.0
+    """Share of webhook deliveries that fail; they show in the delivery log and can be redelivered."""
+    webhook_lose_rate: float = 0.0
+    """Share of webhook events never attempted at all (no log entry): only polling finds those jobs."""
+    secondary_rate_limit_rate: float = 0.0
+    """Share of GitHub REST calls answered with a secondary rate limit (403 with Retry-After)."""
+    secondary_retry_after: int = 60
+
+    def validate(self) -> None:
+        for name in (
+            "boot_failure_rate",
+            "never_register_rate",
+            "webhook_drop_rate",
+            "webhook_lose_rate",
+            "secondary_rate_limit_rate",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise FaultSpecError(f"world fault: '{name}' must be between 0 and 1, got {value!r}")
+        if self.secondary_retry_after < 0:
+            raise FaultSpecError("world fault: 'secondary_retry_after' must not be negative")
+
+
+@dataclass
+class EndpointDecision:
+    latency_s: float = 0.0
+    error_status: int | None = None
+
+
+@dataclass
+class Faults:
+    """The fault switchboard of one world."""
+
+    seed: int = 0
+    endpoints: list[EndpointFault] = field(default_factory=list)
+    world: WorldFaults = field(default_factory=WorldFaults)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def chance(self, rate: float) -> bool:
+        """True with probability `rate`; never draws for 0 or 1 so those stay exact."""
+        if rate <= 0.0:
+            return False
+        if rate >= 1.0:
+            return True
+        return self.rng.random() < rate
+
+    def decide(self, side: str, method: str, route: str) -> EndpointDecision:
+        key = f"{side} {method} {route}"
+        decision = EndpointDecision()
+        for fault in list(self.endpoints):
+            if not fnmatch.fnmatchcase(key, fault.match):
+                continue
+            decision.latency_s = max(decision.latency_s, fault.latency_ms / 1000.0)
+            if decision.error_status is None and self.chance(fault.error_rate):
+                decision.error_status = fault.status
+            if fault.count is not None:
+                fault.count -= 1
+                if fault.count <= 0:
+                    self.endpoints.remove(fault)
+        return decision
+
+    def configure(self, spec: dict[str, Any]) -> None:
+        """Replace the fault configuration from a JSON document; invalid input changes nothing."""
+        unknown = set(spec) - {"seed", "endpoints", "world"}
+        if unknown:
+            raise FaultSpecError(f"unknown fault keys {sorted(unknown)}; use 'seed', 'endpoints', 'world'")
+        try:
+            endpoints = [EndpointFault(**item) for item in spec.get("endpoints", [])]
+            world = WorldFaults(**spec.get("world", {}))
+        except TypeError as exc:
+            raise FaultSpecError(f"malformed fault specification: {exc}") from exc
+        for endpoint in endpoints:
+            endpoint.validate()
+        world.validate()
+        self.endpoints = endpoints
+        self.world = world
+        if "seed" in spec:
+            self.seed = int(spec["seed"])
+            self.rng = random.Random(self.seed)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "endpoints": [asdict(fault) for fault in self.endpoints],
+            "world": asdict(self.world),
+        }

@@ -1,0 +1,34 @@
+"""Counters the sandbox keeps about itself, read by tests and benchmarks through `/_sandbox/stats`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+
+class Stats:
+    """Plain counters plus API calls per endpoint, one instance per world.
+
+    Everything runs on the sandbox's event loop, so no locking is needed.
+    """
+
+    def __init__(self) -> None:
+        self.counters: Counter[str] = Counter()
+        self.api_calls: dict[str, Counter[str]] = {"openstack": Counter(), "github": Counter()}
+
+    def incr(self, name: str, amount: int = 1) -> None:
+        self.counters[name] += amount
+
+    def api_call(self, side: str, endpoint: str) -> None:
+        self.api_calls[side][endpoint] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "counters": dict(sorted(self.counters.items())),
+            "api_calls": {side: dict(sorted(calls.items())) for side, calls in self.api_calls.items()},
+        }
+
+    def reset(self) -> None:
+        self.counters.clear()
+        for calls in self.api_calls.values():
+            calls.clear()
