@@ -1,0 +1,96 @@
+"""Pure decisions: which pool serves a job, and how a pool scales."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral.config import PoolConfig
+from corral.model import InvalidTransition, JobState, RunnerState
+from corral.policy import PoolCounts, match_pool, plan_scale
+
+
+def pool(labels: list[str], scope: dict[str, str] | None = None, **extra: Any) -> PoolConfig:
+    return PoolConfig.model_validate(
+        {"scope": scope or {"org": "octo"}, "labels": labels, "image": "i", "flavor": "f", **extra}
+    )
+
+
+POOLS = {
+    "small": pool(["small"]),
+    "big": pool(["big", "docker"]),
+    "gpu": pool(["gpu", "docker", "cuda"]),
+    "gpu-fast": pool(["gpu", "docker", "cuda", "fast"], priority=5),
+    "other-org": pool(["special"], scope={"org": "elsewhere"}),
+    "one-repo": pool(["repo-only"], scope={"repo": "octo/app"}),
+}
+
+
+@pytest.mark.parametrize(
+    ("labels", "repo", "expected"),
+    [
+        (["self-hosted"], "octo/app", "small"),
+        (["self-hosted", "Linux", "X64"], "octo/app", "small"),
+        (["docker"], "octo/app", "big"),
+        (["gpu"], "octo/app", "gpu"),
+        (["gpu", "fast"], "octo/app", "gpu-fast"),
+        (["special"], "octo/app", None),
+        (["special"], "Elsewhere/x", "other-org"),
+        (["repo-only"], "octo/app", "one-repo"),
+        (["repo-only"], "octo/lib", None),
+        (["windows"], "octo/app", None),
+    ],
+)
+def test_jobs_go_to_the_most_specific_fitting_pool(labels: list[str], repo: str, expected: str | None) -> None:
+    assert match_pool(labels, repo, POOLS, default_pool="small") == expected
+
+
+def test_priority_breaks_ties_between_equally_specific_pools() -> None:
+    pools = {"a": pool(["x", "y"]), "b": pool(["x", "z"], priority=1)}
+    assert match_pool(["x"], "octo/app", pools, default_pool="a") == "b"
+
+
+def test_switching_the_default_pool_moves_generic_jobs() -> None:
+    assert match_pool(["self-hosted"], "octo/app", POOLS, default_pool="big") == "big"
+
+
+def test_a_generic_job_outside_the_default_pools_scope_goes_to_a_pool_in_scope() -> None:
+    assert match_pool(["self-hosted"], "elsewhere/x", POOLS, default_pool="small") == "other-org"
+
+
+@pytest.mark.parametrize(
+    ("counts", "min_idle", "max_runners", "expected"),
+    [
+        (PoolCounts(), 2, 10, (2, 2, 0)),
+        (PoolCounts(queued_jobs=5), 0, 10, (5, 5, 0)),
+        (PoolCounts(queued_jobs=5, starting=3), 0, 10, (5, 2, 0)),
+        (PoolCounts(queued_jobs=50), 1, 10, (10, 10, 0)),
+        (PoolCounts(queued_jobs=5, busy=8), 0, 10, (10, 2, 0)),
+        (PoolCounts(idle=5), 1, 10, (1, 0, 4)),
+        (PoolCounts(idle=3, busy=4), 0, 5, (4, 0, 3)),
+        (PoolCounts(starting=4), 0, 10, (0, 0, 0)),
+        (PoolCounts(idle=2, queued_jobs=2), 0, 10, (2, 0, 0)),
+    ],
+)
+def test_scale_plan(counts: PoolCounts, min_idle: int, max_runners: int, expected: tuple[int, int, int]) -> None:
+    plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
+    assert (plan.desired, plan.create, plan.surplus_idle) == expected
+
+
+def test_a_burst_never_exceeds_max_runners_and_never_starts_twice() -> None:
+    counts = PoolCounts()
+    for _ in range(5):
+        plan = plan_scale(PoolCounts(queued_jobs=30, starting=counts.starting), min_idle=0, max_runners=20)
+        counts = PoolCounts(starting=counts.starting + plan.create)
+    assert counts.starting == 20
+
+
+def test_runner_state_machine_refuses_illegal_moves() -> None:
+    RunnerState.BOOTING.check_transition(RunnerState.BUSY)
+    with pytest.raises(InvalidTransition, match="deleted to idle"):
+        RunnerState.DELETED.check_transition(RunnerState.IDLE)
+    with pytest.raises(InvalidTransition):
+        RunnerState.FAILED.check_transition(RunnerState.IDLE)
+    assert not RunnerState.FAILED.counts_as_capacity and RunnerState.BOOTING.counts_as_capacity
+    assert JobState.COMPLETED.rank > JobState.IN_PROGRESS.rank > JobState.QUEUED.rank
