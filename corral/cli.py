@@ -63,6 +63,58 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_config_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser("config", help="work with configuration files")
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    check = actions.add_parser("check", help="validate a config file and list every problem")
+    check.add_argument("file", type=Path)
+    check.set_defaults(handler=_check_config)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from corral.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        print(f"{args.file}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok ({len(config.pools)} pools, default {config.default_pool})")
+    return 0
+
+
+def _add_migrate_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser("migrate", help="create or upgrade the database schema")
+    parser.add_argument("--config", type=Path, help="take database_url from this config file")
+    parser.add_argument("--database-url", help="database URL (overrides the config file)")
+    parser.set_defaults(handler=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from corral.config import ConfigError, load_config
+    from corral.store import Store
+
+    url = args.database_url
+    if url is None and args.config is not None:
+        try:
+            url = load_config(args.config).database_url
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+    if url is None:
+        print("corral migrate: give --database-url or --config", file=sys.stderr)
+        return 2
+    store = Store(url)
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    print("schema is up to date")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corral", description="Ephemeral self-hosted GitHub Actions runners on OpenStack."
@@ -70,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"corral {__version__}")
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_sandbox_parser(subcommands)
+    _add_config_parser(subcommands)
+    _add_migrate_parser(subcommands)
     return parser
 
 

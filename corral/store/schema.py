@@ -1,0 +1,118 @@
+"""Tables, as SQLAlchemy declarative models. Changing one means adding an Alembic migration."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as UTC and always read back timezone-aware, on SQLite as on PostgreSQL.
+
+    SQLite has no time zones and returns naive datetimes, which cannot be compared with aware ones;
+    normalising here keeps every other module free of that difference.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use datetime.now(UTC)")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON, list[str]: JSON}
+
+
+class Runner(Base):
+    """One ephemeral runner: a row written before its server is asked for (see DESIGN.md, runner states)."""
+
+    __tablename__ = "runners"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    """Short random id; the server name and the GitHub runner name are derived from it."""
+    pool: Mapped[str] = mapped_column(String(64), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    server_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    github_runner_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    job_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    """The job this runner was started for, if any (demand-driven rather than warm)."""
+    labels: Mapped[list[str]] = mapped_column(default=list)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    state_changed_at: Mapped[datetime]
+    registered_at: Mapped[datetime | None]
+
+
+class RunnerEvent(Base):
+    """Every state transition of a runner, with the reason: the runner's history for operators."""
+
+    __tablename__ = "runner_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    runner_id: Mapped[str] = mapped_column(ForeignKey("runners.id", ondelete="CASCADE"), index=True)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime]
+
+
+class Job(Base):
+    """A workflow job as corral knows it from webhooks and polling."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_pool", "status", "pool"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    repository: Mapped[str] = mapped_column(String(256))
+    labels: Mapped[list[str]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16))
+    conclusion: Mapped[str | None] = mapped_column(String(32))
+    pool: Mapped[str | None] = mapped_column(String(64))
+    """The pool that fits the job, or None when none does (unmatched)."""
+    run_id: Mapped[int | None] = mapped_column(BigInteger)
+    runner_name: Mapped[str | None] = mapped_column(String(128))
+    queued_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    completed_at: Mapped[datetime | None]
+    received_at: Mapped[datetime]
+    """When corral first heard of the job (webhook or poll)."""
+    runners_started: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Delivery(Base):
+    """Webhook deliveries already recorded, so a redelivery or a retry is recognised and ignored."""
+
+    __tablename__ = "deliveries"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    event: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(32))
+    received_at: Mapped[datetime]
+
+
+class PoolStatus(Base):
+    """What the engine last observed and applied for each pool, including pools being removed."""
+
+    __tablename__ = "pool_status"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    applied_generation: Mapped[int] = mapped_column(Integer, default=0)
+    ready: Mapped[bool] = mapped_column(default=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    removed: Mapped[bool] = mapped_column(default=False)
+    updated_at: Mapped[datetime]

@@ -1,0 +1,227 @@
+"""Queries and the transactions that keep runner state honest.
+
+Every runner transition is checked against the state machine, guarded by the state it was read in
+(so two passes or two replicas cannot both move the same runner), and written together with its event.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from corral.model import JobState, RunnerState
+from corral.store.schema import Delivery, Job, PoolStatus, Runner, RunnerEvent
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class StaleRunner(Exception):
+    """The runner is no longer in the state the caller read: someone else moved it first."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_runner_id() -> str:
+    """Ten lowercase base-32-ish characters: short enough for server names, unguessable enough."""
+    return secrets.token_hex(5)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class Store:
+    """All database access goes through here; methods are short transactions, safe from any thread."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration; safe to run on every start."""
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A transaction: committed when the block ends, rolled back if it raises."""
+        with self._sessions.begin() as session:
+            yield session
+
+    # -- runners ----------------------------------------------------------------------------------
+
+    def add_runner(
+        self, pool: str, name_prefix: str, labels: list[str], *, job_id: int | None = None, reason: str
+    ) -> Runner:
+        """Write the intent to create a runner (state `pending`) before anything is asked of the cloud."""
+        now = utcnow()
+        runner_id = new_runner_id()
+        runner = Runner(
+            id=runner_id,
+            pool=pool,
+            state=RunnerState.PENDING.value,
+            name=f"{name_prefix}-{pool}-{runner_id}",
+            labels=labels,
+            job_id=job_id,
+            created_at=now,
+            state_changed_at=now,
+        )
+        with self.session() as session:
+            session.add(runner)
+            session.flush()
+            session.add(RunnerEvent(runner_id=runner_id, from_state=None, to_state=runner.state, reason=reason, at=now))
+        return runner
+
+    def transition(
+        self, runner_id: str, target: RunnerState, reason: str, *, expect: RunnerState | None = None, **fields: Any
+    ) -> Runner:
+        """Move a runner to `target`, recording why; `fields` are set in the same transaction.
+
+        Raises StaleRunner if the runner is gone or not in `expect` (or moved since it was read), and
+        InvalidTransition if the state machine forbids the move.
+        """
+        now = utcnow()
+        with self.session() as session:
+            runner = session.get(Runner, runner_id)
+            if runner is None:
+                raise StaleRunner(f"runner {runner_id} does not exist")
+            current = RunnerState(runner.state)
+            if expect is not None and current is not expect:
+                raise StaleRunner(f"runner {runner_id} is {current.value}, not {expect.value}")
+            current.check_transition(target)
+            result = session.execute(
+                update(Runner)
+                .where(Runner.id == runner_id, Runner.state == current.value)
+                .values(state=target.value, state_changed_at=now, **fields)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                raise StaleRunner(f"runner {runner_id} changed state concurrently")
+            session.add(
+                RunnerEvent(runner_id=runner_id, from_state=current.value, to_state=target.value, reason=reason, at=now)
+            )
+            session.expire(runner)
+            session.refresh(runner)
+            return runner
+
+    def update_runner(self, runner_id: str, **fields: Any) -> None:
+        """Set facts about a runner that are not state changes (server id, GitHub runner id)."""
+        with self.session() as session:
+            session.execute(update(Runner).where(Runner.id == runner_id).values(**fields))
+
+    def runner(self, runner_id: str) -> Runner | None:
+        with self.session() as session:
+            return session.get(Runner, runner_id)
+
+    def runners(self, *, pool: str | None = None, states: Iterable[RunnerState] | None = None) -> list[Runner]:
+        query = select(Runner).order_by(Runner.created_at, Runner.id)
+        if pool is not None:
+            query = query.where(Runner.pool == pool)
+        if states is not None:
+            query = query.where(Runner.state.in_([state.value for state in states]))
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def events(self, runner_id: str) -> list[RunnerEvent]:
+        query = select(RunnerEvent).where(RunnerEvent.runner_id == runner_id).order_by(RunnerEvent.id)
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    # -- webhooks and jobs ------------------------------------------------------------------------
+
+    def record_job_event(
+        self, *, delivery_id: str | None, event: str, action: str | None, job: dict[str, Any] | None
+    ) -> bool:
+        """Record a delivery and the job update it carries in one transaction.
+
+        Returns False for a delivery already recorded (GitHub retries and redeliveries reuse the id),
+        in which case nothing changes. A job never moves backwards: `completed` that arrives before
+        `queued` stays completed.
+        """
+        now = utcnow()
+        try:
+            with self.session() as session:
+                if delivery_id is not None:
+                    session.add(Delivery(id=delivery_id, event=event, action=action, received_at=now))
+                    session.flush()
+                if job is not None:
+                    self._merge_job(session, job, now)
+        except IntegrityError:
+            return False
+        return True
+
+    def _merge_job(self, session: Session, update_: dict[str, Any], now: datetime) -> None:
+        existing = session.get(Job, update_["id"], with_for_update=True)
+        if existing is None:
+            session.add(Job(received_at=now, runners_started=0, **update_))
+            return
+        if JobState(update_["status"]).rank < JobState(existing.status).rank:
+            return
+        for key, value in update_.items():
+            if value is not None or key in ("conclusion",):
+                setattr(existing, key, value)
+
+    def job(self, job_id: int) -> Job | None:
+        with self.session() as session:
+            return session.get(Job, job_id)
+
+    def jobs(self, *, status: JobState | None = None, pool: str | None = None, limit: int = 1000) -> list[Job]:
+        query = select(Job).order_by(Job.received_at.desc(), Job.id.desc()).limit(limit)
+        if status is not None:
+            query = query.where(Job.status == status.value)
+        if pool is not None:
+            query = query.where(Job.pool == pool)
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    # -- pools ------------------------------------------------------------------------------------
+
+    def set_pool_status(
+        self, name: str, *, generation: int, ready: bool, reason: str | None, removed: bool = False
+    ) -> None:
+        with self.session() as session:
+            status = session.get(PoolStatus, name)
+            if status is None:
+                status = PoolStatus(name=name)
+                session.add(status)
+            status.applied_generation = generation
+            status.ready = ready
+            status.reason = reason
+            status.removed = removed
+            status.updated_at = utcnow()
+
+    def pool_statuses(self) -> dict[str, PoolStatus]:
+        with self.session() as session:
+            return {status.name: status for status in session.scalars(select(PoolStatus))}
