@@ -12,9 +12,7 @@ DEFAULT_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.02
 
 
-def wait_until(
-    probe: Callable[[], T | None], *, timeout: float = DEFAULT_TIMEOUT_S, what: str = "condition"
-) -> T:
+def wait_until(probe: Callable[[], T | None], *, timeout: float = DEFAULT_TIMEOUT_S, what: str = "condition") -> T:
     """Return the first truthy value `probe()` gives; fail the test naming `what` after `timeout`."""
     deadline = time.monotonic() + timeout
     last: T | None = None

@@ -87,9 +87,7 @@ def build_control_router(world: World) -> APIRouter:
     async def submit_trace(body: TraceRequest) -> dict[str, Any]:
         """Schedule every job of the trace at its arrival offset from now."""
         for job in body.jobs:
-            world.call_later(
-                job.at, world.github.submit_job, job.repo, job.labels, job.duration, job.workflow_name
-            )
+            world.call_later(job.at, world.github.submit_job, job.repo, job.labels, job.duration, job.workflow_name)
         last = max((job.at for job in body.jobs), default=0.0)
         return {"scheduled": len(body.jobs), "last_arrival_s": last}
 

@@ -15,6 +15,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,7 +102,6 @@ class Sandbox:
         self._servers: list[uvicorn.Server] = []
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._started = threading.Event()
         self._failure: BaseException | None = None
 
     # -- files a client needs ------------------------------------------------------------------
@@ -167,9 +167,7 @@ class Sandbox:
         github_app.include_router(build_control_router(self.world))
         servers = []
         for app in (build_openstack_app(self.world), github_app):
-            config = uvicorn.Config(
-                app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=30
-            )
+            config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=30)
             servers.append(uvicorn.Server(config))
         return servers
 
@@ -184,17 +182,15 @@ class Sandbox:
             asyncio.create_task(server.serve(sockets=[sock]))
             for server, sock in zip(self._servers, sockets, strict=True)
         ]
-        watcher = asyncio.create_task(self._signal_started())
         try:
             await asyncio.gather(*tasks)
         finally:
-            watcher.cancel()
             await self.world.github.close()
 
-    async def _signal_started(self) -> None:
-        while not all(server.started for server in self._servers):
-            await asyncio.sleep(0.01)
-        self._started.set()
+    @property
+    def running(self) -> bool:
+        """Both servers have finished starting up and accept requests."""
+        return bool(self._servers) and all(server.started for server in self._servers)
 
     def shutdown(self) -> None:
         """Ask the servers to exit; safe from any thread."""
@@ -209,14 +205,16 @@ class Sandbox:
                 asyncio.run(self.serve())
             except BaseException as exc:
                 self._failure = exc
-                self._started.set()
 
         self._thread = threading.Thread(target=run, name="corral-sandbox", daemon=True)
         self._thread.start()
-        if not self._started.wait(START_TIMEOUT_S):
-            raise RuntimeError(f"sandbox did not start within {START_TIMEOUT_S:.0f}s")
-        if self._failure is not None:
-            raise RuntimeError("sandbox failed to start") from self._failure
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.running:
+            if self._failure is not None or not self._thread.is_alive():
+                raise RuntimeError("sandbox failed to start") from self._failure
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sandbox did not start within {START_TIMEOUT_S:.0f}s")
+            time.sleep(0.01)
         return self.info
 
     def stop(self) -> None:
@@ -252,4 +250,3 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

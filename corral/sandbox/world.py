@@ -12,9 +12,9 @@ Everything in here runs on the sandbox's single event loop, so state needs no lo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
