@@ -94,6 +94,16 @@ class ScopeConfig(StrictModel):
         return self.org or self.repo or self.enterprise or ""
 
     @property
+    def key(self) -> str:
+        """A stable text form, `org:octo`, `repo:octo/app` or `enterprise:acme`, as stored with runners."""
+        return f"{self.kind}:{self.target}"
+
+    @classmethod
+    def from_key(cls, key: str) -> ScopeConfig:
+        kind, _, target = key.partition(":")
+        return cls.model_validate({kind: target})
+
+    @property
     def owner(self) -> str:
         """The account whose App installation serves this scope."""
         return self.repo.split("/", 1)[0] if self.repo else self.target

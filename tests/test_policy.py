@@ -8,7 +8,7 @@ import pytest
 
 from corral.config import PoolConfig
 from corral.model import InvalidTransition, JobState, RunnerState
-from corral.policy import PoolCounts, match_pool, plan_scale
+from corral.policy import PoolCounts, RunnerFacts, judge_runner, match_pool, plan_scale
 
 
 def pool(labels: list[str], scope: dict[str, str] | None = None, **extra: Any) -> PoolConfig:
@@ -94,3 +94,50 @@ def test_runner_state_machine_refuses_illegal_moves() -> None:
         RunnerState.FAILED.check_transition(RunnerState.IDLE)
     assert not RunnerState.FAILED.counts_as_capacity and RunnerState.BOOTING.counts_as_capacity
     assert JobState.COMPLETED.rank > JobState.IN_PROGRESS.rank > JobState.QUEUED.rank
+
+
+def facts(state: RunnerState, **overrides: Any) -> RunnerFacts:
+    base: dict[str, Any] = {"state": state, "in_flight": False, "age_s": 10.0, "bootstrap_timeout_s": 600.0}
+    base.update(overrides)
+    return RunnerFacts(**base)
+
+
+ACTIVE = {"server_status": "ACTIVE"}
+
+
+@pytest.mark.parametrize(
+    ("runner", "expected"),
+    [
+        (facts(RunnerState.PENDING, in_flight=True), None),
+        (facts(RunnerState.PENDING), RunnerState.FAILED),
+        (facts(RunnerState.PENDING, server_known=False), None),
+        (facts(RunnerState.PENDING, **ACTIVE), RunnerState.CREATING),
+        (facts(RunnerState.CREATING, **ACTIVE), RunnerState.BOOTING),
+        (facts(RunnerState.CREATING, in_flight=True, **ACTIVE), None),
+        (facts(RunnerState.BOOTING, server_status="BUILD", had_registration=True, registered=True), None),
+        (facts(RunnerState.BOOTING, server_status="BUILD", age_s=601, registered=True), RunnerState.FAILED),
+        (facts(RunnerState.BOOTING, server_status="ERROR", server_fault="No valid host"), RunnerState.FAILED),
+        (facts(RunnerState.BOOTING, registered=True, online=True, **ACTIVE), RunnerState.IDLE),
+        (facts(RunnerState.BOOTING, registered=True, online=True, busy=True, **ACTIVE), RunnerState.BUSY),
+        (facts(RunnerState.BOOTING, had_registration=True, **ACTIVE), RunnerState.FINISHED),
+        (facts(RunnerState.BOOTING, had_registration=True, registration_known=False, **ACTIVE), None),
+        (facts(RunnerState.BOOTING, server_status="SHUTOFF", registered=True), RunnerState.FINISHED),
+        (facts(RunnerState.BOOTING), RunnerState.FAILED),
+        (facts(RunnerState.IDLE, registered=True, online=True, busy=True, **ACTIVE), RunnerState.BUSY),
+        (facts(RunnerState.IDLE, registered=True, online=True, **ACTIVE), None),
+        (facts(RunnerState.BUSY, had_registration=True, **ACTIVE), RunnerState.FINISHED),
+        (facts(RunnerState.BUSY, registered=True, busy=True, server_status="SHUTOFF"), RunnerState.FINISHED),
+        (facts(RunnerState.BUSY, registered=True, busy=True, server_known=False), None),
+        (facts(RunnerState.FAILED), RunnerState.DELETING),
+        (facts(RunnerState.FINISHED, **ACTIVE), RunnerState.DELETING),
+        (facts(RunnerState.DELETING, **ACTIVE), None),
+        (facts(RunnerState.DELETING, had_registration=True, registered=True), None),
+        (facts(RunnerState.DELETING, had_registration=True), RunnerState.DELETED),
+        (facts(RunnerState.DELETING, server_known=False), None),
+    ],
+)
+def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None:
+    verdict = judge_runner(runner)
+    assert (verdict.target if verdict else None) is expected
+    if verdict is not None:
+        runner.state.check_transition(verdict.target)

@@ -33,7 +33,7 @@ def test_migrate_is_idempotent(store: Store) -> None:
 
 
 def test_a_runner_is_written_pending_and_its_transitions_are_logged(store: Store) -> None:
-    runner = store.add_runner("small", "corral", ["small"], reason="scale up: 1 queued job")
+    runner = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="scale up: 1 queued job")
     assert runner.state == "pending" and runner.name == f"corral-small-{runner.id}"
     store.transition(runner.id, RunnerState.CREATING, "create requested")
     moved = store.transition(runner.id, RunnerState.BOOTING, "server exists", server_id="srv-1")
@@ -48,7 +48,7 @@ def test_a_runner_is_written_pending_and_its_transitions_are_logged(store: Store
 
 
 def test_illegal_and_stale_transitions_change_nothing(store: Store) -> None:
-    runner = store.add_runner("small", "corral", ["small"], reason="warm")
+    runner = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="warm")
     with pytest.raises(InvalidTransition):
         store.transition(runner.id, RunnerState.IDLE, "skipping ahead")
     with pytest.raises(StaleRunner):
@@ -60,7 +60,7 @@ def test_illegal_and_stale_transitions_change_nothing(store: Store) -> None:
 
 
 def test_only_one_of_two_racing_transitions_wins(store: Store) -> None:
-    runner = store.add_runner("small", "corral", ["small"], reason="warm")
+    runner = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="warm")
     outcomes: list[str] = []
     barrier = threading.Barrier(2)
 
@@ -82,8 +82,8 @@ def test_only_one_of_two_racing_transitions_wins(store: Store) -> None:
 
 
 def test_runners_filter_by_pool_and_state(store: Store) -> None:
-    a = store.add_runner("small", "corral", ["small"], reason="warm")
-    store.add_runner("big", "corral", ["big"], reason="warm")
+    a = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="warm")
+    store.add_runner("big", "corral", ["big"], scope="org:octo", reason="warm")
     store.transition(a.id, RunnerState.FAILED, "create error")
     assert [r.pool for r in store.runners(states=[RunnerState.PENDING])] == ["big"]
     assert [r.id for r in store.runners(pool="small")] == [a.id]

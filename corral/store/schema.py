@@ -45,6 +45,9 @@ class Runner(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     """Short random id; the server name and the GitHub runner name are derived from it."""
     pool: Mapped[str] = mapped_column(String(64), index=True)
+    scope: Mapped[str] = mapped_column(String(300))
+    """Where it registers (`org:octo`, `repo:octo/app`, `enterprise:acme`): kept so a runner of a pool that
+    was removed from the config can still be deregistered."""
     state: Mapped[str] = mapped_column(String(16), index=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     server_id: Mapped[str | None] = mapped_column(String(64), index=True)

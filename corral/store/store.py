@@ -84,7 +84,14 @@ class Store:
     # -- runners ----------------------------------------------------------------------------------
 
     def add_runner(
-        self, pool: str, name_prefix: str, labels: list[str], *, job_id: int | None = None, reason: str
+        self,
+        pool: str,
+        name_prefix: str,
+        labels: list[str],
+        *,
+        scope: str,
+        job_id: int | None = None,
+        reason: str,
     ) -> Runner:
         """Write the intent to create a runner (state `pending`) before anything is asked of the cloud."""
         now = utcnow()
@@ -92,6 +99,7 @@ class Store:
         runner = Runner(
             id=runner_id,
             pool=pool,
+            scope=scope,
             state=RunnerState.PENDING.value,
             name=f"{name_prefix}-{pool}-{runner_id}",
             labels=labels,

@@ -61,6 +61,7 @@ def upgrade() -> None:
         "runners",
         sa.Column("id", sa.String(length=32), nullable=False),
         sa.Column("pool", sa.String(length=64), nullable=False),
+        sa.Column("scope", sa.String(length=300), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("name", sa.String(length=128), nullable=False),
         sa.Column("server_id", sa.String(length=64), nullable=True),

@@ -1,0 +1,97 @@
+"""What the engine needs from a cloud, independent of OpenStack's vocabulary.
+
+The engine sees owned servers (identified by metadata, never by name), asks for servers to be created
+from a `ServerSpec` and deleted by id, and learns about failures through three exception kinds that map to
+three different reactions: wait (quota), retry later (transient), or mark the runner failed (rejected).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from corral.config import VolumeConfig
+
+META_INSTALLATION = "corral-installation"
+META_POOL = "corral-pool"
+META_RUNNER = "corral-runner"
+
+
+class CloudError(Exception):
+    """A cloud call failed. Messages name the operation and the cloud's reason, never user data."""
+
+
+class CloudQuotaExceeded(CloudError):
+    """The project is out of quota: the pool waits and says so, rather than retrying in a storm."""
+
+
+class CloudTransientError(CloudError):
+    """A timeout, a dropped connection or a 5xx: worth retrying with backoff."""
+
+
+class CloudRequestRejected(CloudError):
+    """The cloud refused the request as made (bad flavor, unknown image...): retrying will not help."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Everything a pool declares about its servers, resolved for one runner."""
+
+    name: str
+    image: str
+    flavor: str
+    networks: tuple[str, ...] = ()
+    security_groups: tuple[str, ...] = ()
+    key_name: str | None = None
+    availability_zone: str | None = None
+    config_drive: bool = False
+    boot_volume_gb: int | None = None
+    boot_volume_type: str | None = None
+    volumes: tuple[VolumeConfig, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+    user_data: str = field(default="", repr=False)
+    """Contains the JIT config: excluded from repr so it cannot reach a log line by accident."""
+
+
+@dataclass(frozen=True)
+class CloudServer:
+    """A server corral owns, as the cloud reports it."""
+
+    id: str
+    name: str
+    status: str
+    installation: str
+    pool: str
+    runner_id: str
+    created_at: datetime | None = None
+    fault: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status == "ERROR"
+
+    @property
+    def is_stopped(self) -> bool:
+        """The guest shut down: for an ephemeral runner, its job is over."""
+        return self.status in ("SHUTOFF", "STOPPED", "DELETED", "SOFT_DELETED")
+
+
+class CloudProvider(Protocol):
+    """Blocking calls; the engine runs them in worker threads with a per-cloud concurrency limit."""
+
+    def list_servers(self) -> list[CloudServer]:
+        """Every server owned by this installation, in as few calls as the API allows."""
+        ...
+
+    def create_server(self, spec: ServerSpec) -> CloudServer: ...
+
+    def delete_server(self, server_id: str) -> None:
+        """Delete a server and the volumes created with it; an already-gone server is not an error."""
+        ...
+
+    def check_pool(self, spec: ServerSpec) -> list[str]:
+        """Problems that would make every create fail (unknown image, flavor, network): empty when fine."""
+        ...
+
+    def close(self) -> None: ...

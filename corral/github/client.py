@@ -1,0 +1,261 @@
+"""What corral asks of GitHub, through githubkit: JIT configs, runner listings and deletions, jobs.
+
+One client per corral process. With a GitHub App, each scope's owner (organisation, repository owner or
+enterprise) has its own installation; its id is looked up once and githubkit caches the installation
+token until shortly before it expires. Server errors are retried by githubkit with backoff; rate limits
+are not waited out inside a call (that could stall a reconcile pass for an hour): they surface as
+`GitHubRateLimited` with the time to wait, and the engine pauses GitHub work until then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from githubkit import AppAuthStrategy, AppInstallationAuthStrategy, GitHub, TokenAuthStrategy
+from githubkit.exception import RateLimitExceeded, RequestError, RequestFailed
+from githubkit.retry import RetryChainDecision, RetryServerError
+from githubkit_schemas.latest.models import (
+    Installation,
+    Job,
+    OrgsOrgActionsRunnerGroupsGetResponse200,
+    OrgsOrgActionsRunnersGenerateJitconfigPostResponse201,
+    OrgsOrgActionsRunnersGetResponse200,
+)
+
+from corral.config import GitHubConfig, ScopeConfig
+
+T = TypeVar("T")
+
+PER_PAGE = 100
+SERVER_ERROR_RETRIES = 2
+DEFAULT_RUNNER_GROUP_ID = 1
+"""Repository-scoped runners have no runner groups; GitHub takes group 1 (Default) for them."""
+
+
+class GitHubError(Exception):
+    """A GitHub call failed; the message says which call and why, never a token or JIT config."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GitHubRateLimited(GitHubError):
+    """GitHub's primary or secondary rate limit was hit; wait `retry_after` seconds before calling again."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message, status=429)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class RegisteredRunner:
+    """A self-hosted runner as GitHub lists it."""
+
+    id: int
+    name: str
+    status: str
+    busy: bool
+    labels: tuple[str, ...]
+
+    @property
+    def online(self) -> bool:
+        return self.status == "online"
+
+
+@dataclass(frozen=True)
+class JitConfig:
+    """A single-use runner configuration. `encoded` is a credential: never log it or store it."""
+
+    runner_id: int
+    runner_name: str
+    encoded: str
+
+    def __repr__(self) -> str:
+        return f"JitConfig(runner_id={self.runner_id}, runner_name={self.runner_name!r}, encoded=<secret>)"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    id: int
+    status: str
+    conclusion: str | None
+    runner_name: str | None
+
+
+def scope_path(scope: ScopeConfig) -> str:
+    """The REST prefix of a scope's runner endpoints."""
+    if scope.org:
+        return f"/orgs/{scope.org}"
+    if scope.repo:
+        return f"/repos/{scope.repo}"
+    return f"/enterprises/{scope.enterprise}"
+
+
+class GitHubClient:
+    """The calls corral makes, asynchronous, with timeouts, retries for 5xx and typed results."""
+
+    def __init__(self, config: GitHubConfig) -> None:
+        self._config = config
+        retry = RetryChainDecision(RetryServerError(max_retry=SERVER_ERROR_RETRIES))
+        common: dict[str, Any] = {
+            "base_url": config.url + "/",
+            "timeout": config.timeout,
+            "http_cache": False,
+            "auto_retry": retry,
+        }
+        if config.uses_app:
+            assert config.app_id is not None and config.private_key is not None
+            self._app_auth = AppAuthStrategy(config.app_id, config.private_key.get_secret_value())
+            self._root: GitHub[Any] = GitHub(self._app_auth, **common)
+        else:
+            assert config.token is not None
+            self._root = GitHub(TokenAuthStrategy(config.token.get_secret_value()), **common)
+        self._common = common
+        self._per_owner: dict[str, GitHub[Any]] = {}
+        self._group_ids: dict[tuple[str, str], int] = {}
+
+    async def aclose(self) -> None:
+        """Nothing to release today (githubkit opens a client per call); kept so callers need not know."""
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    async def _client_for(self, scope: ScopeConfig) -> GitHub[Any]:
+        if not self._config.uses_app:
+            return self._root
+        owner = scope.owner.lower()
+        client = self._per_owner.get(owner)
+        if client is None:
+            installation_id = await self._installation_id(owner)
+            auth = AppInstallationAuthStrategy(self._app_auth.app_id, self._app_auth.private_key, installation_id)
+            client = GitHub(auth, **self._common)
+            self._per_owner[owner] = client
+        return client
+
+    async def _installation_id(self, owner: str) -> int:
+        page = 1
+        while True:
+            response = await self._call(
+                self._root,
+                "GET",
+                "/app/installations",
+                params={"per_page": PER_PAGE, "page": page},
+                response_model=list[Installation],
+            )
+            installations = response.parsed_data
+            for installation in installations:
+                account = installation.account
+                login = getattr(account, "login", None) or getattr(account, "slug", None)
+                if login and login.lower() == owner:
+                    return int(installation.id)
+            if len(installations) < PER_PAGE:
+                raise GitHubError(f"the GitHub App is not installed on {owner!r}; install it there")
+            page += 1
+
+    async def _call(self, client: GitHub[Any], method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            return await client.arequest(method, path, **kwargs)
+        except RateLimitExceeded as exc:
+            retry_after = exc.retry_after.total_seconds() if isinstance(exc.retry_after, timedelta) else 60.0
+            raise GitHubRateLimited(f"{method} {path}: rate limited", retry_after) from None
+        except RequestFailed as exc:
+            status = exc.response.status_code
+            raise GitHubError(f"{method} {path}: HTTP {status}: {_message(exc)}", status=status) from None
+        except RequestError as exc:
+            raise GitHubError(f"{method} {path}: {type(exc.exc).__name__}") from None
+
+    # -- runners ----------------------------------------------------------------------------------
+
+    async def runner_group_id(self, scope: ScopeConfig, name: str) -> int:
+        """The id of a runner group by name (cached); repository scopes always use the default group."""
+        if scope.repo:
+            return DEFAULT_RUNNER_GROUP_ID
+        key = (scope_path(scope).lower(), name.lower())
+        if key not in self._group_ids:
+            client = await self._client_for(scope)
+            response = await self._call(
+                client,
+                "GET",
+                f"{scope_path(scope)}/actions/runner-groups",
+                params={"per_page": PER_PAGE},
+                response_model=OrgsOrgActionsRunnerGroupsGetResponse200,
+            )
+            for group in response.parsed_data.runner_groups:
+                self._group_ids[(key[0], group.name.lower())] = group.id
+            if key not in self._group_ids:
+                raise GitHubError(f"runner group {name!r} does not exist at {scope_path(scope)}; create it")
+        return self._group_ids[key]
+
+    async def generate_jit_config(
+        self, scope: ScopeConfig, name: str, labels: list[str], runner_group: str
+    ) -> JitConfig:
+        client = await self._client_for(scope)
+        group_id = await self.runner_group_id(scope, runner_group)
+        response = await self._call(
+            client,
+            "POST",
+            f"{scope_path(scope)}/actions/runners/generate-jitconfig",
+            json={"name": name, "runner_group_id": group_id, "labels": labels, "work_folder": "_work"},
+            response_model=OrgsOrgActionsRunnersGenerateJitconfigPostResponse201,
+        )
+        data = response.parsed_data
+        return JitConfig(runner_id=data.runner.id, runner_name=data.runner.name, encoded=data.encoded_jit_config)
+
+    async def list_runners(self, scope: ScopeConfig) -> list[RegisteredRunner]:
+        """Every self-hosted runner registered at the scope, all pages."""
+        client = await self._client_for(scope)
+        runners: list[RegisteredRunner] = []
+        page = 1
+        while True:
+            response = await self._call(
+                client,
+                "GET",
+                f"{scope_path(scope)}/actions/runners",
+                params={"per_page": PER_PAGE, "page": page},
+                response_model=OrgsOrgActionsRunnersGetResponse200,
+            )
+            batch = response.parsed_data.runners
+            runners.extend(
+                RegisteredRunner(
+                    id=r.id,
+                    name=r.name,
+                    status=r.status,
+                    busy=r.busy,
+                    labels=tuple(label.name for label in r.labels),
+                )
+                for r in batch
+            )
+            if len(batch) < PER_PAGE or 'rel="next"' not in response.headers.get("link", ""):
+                return runners
+            page += 1
+
+    async def delete_runner(self, scope: ScopeConfig, runner_id: int) -> bool:
+        """Remove a registration. True when it is gone (or already was); False while it runs a job."""
+        client = await self._client_for(scope)
+        try:
+            await self._call(client, "DELETE", f"{scope_path(scope)}/actions/runners/{runner_id}")
+        except GitHubError as exc:
+            if exc.status == 404:
+                return True
+            if exc.status == 422:
+                return False
+            raise
+        return True
+
+    # -- jobs -------------------------------------------------------------------------------------
+
+    async def get_job(self, scope: ScopeConfig, repository: str, job_id: int) -> JobStatus:
+        client = await self._client_for(scope)
+        response = await self._call(client, "GET", f"/repos/{repository}/actions/jobs/{job_id}", response_model=Job)
+        job = response.parsed_data
+        return JobStatus(id=job.id, status=job.status, conclusion=job.conclusion, runner_name=job.runner_name)
+
+
+def _message(exc: RequestFailed) -> str:
+    try:
+        body = exc.response.json()
+    except ValueError:
+        return exc.response.text[:200]
+    return str(body.get("message", ""))[:200] if isinstance(body, dict) else ""
