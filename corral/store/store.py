@@ -15,7 +15,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -213,6 +213,11 @@ class Store:
             query = query.where(Job.pool == pool)
         with self.session() as session:
             return list(session.scalars(query))
+
+    def count_jobs(self, *, status: JobState, pool: str) -> int:
+        query = select(func.count()).select_from(Job).where(Job.status == status.value, Job.pool == pool)
+        with self.session() as session:
+            return int(session.scalar(query) or 0)
 
     # -- pools ------------------------------------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""Per-key exponential backoff and log de-duplication: how errors are retried without storms."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Backoff:
+    """Doubles the wait after each failure up to `cap`; one success resets it."""
+
+    base_s: float = 1.0
+    cap_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    failures: int = 0
+    until: float = 0.0
+
+    def failed(self, at_least_s: float = 0.0) -> float:
+        """Record a failure; returns the seconds to wait before trying again."""
+        self.failures += 1
+        wait: float = max(min(self.cap_s, self.base_s * 2.0 ** (self.failures - 1)), at_least_s)
+        self.until = self.clock() + wait
+        return wait
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.until = 0.0
+
+    @property
+    def waiting(self) -> bool:
+        return self.clock() < self.until
+
+    @property
+    def remaining_s(self) -> float:
+        return max(self.until - self.clock(), 0.0)
+
+
+@dataclass
+class LogOnce:
+    """Logs a repeating message once per `interval_s` per key, counting what it held back."""
+
+    logger: logging.Logger
+    interval_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _last: dict[str, tuple[str, float, int]] = field(default_factory=dict)
+
+    def warning(self, key: str, message: str) -> None:
+        now = self.clock()
+        previous = self._last.get(key)
+        if previous is not None and previous[0] == message and now - previous[1] < self.interval_s:
+            self._last[key] = (message, previous[1], previous[2] + 1)
+            return
+        suppressed = previous[2] if previous is not None and previous[0] == message else 0
+        suffix = f" (repeated {suppressed} more times)" if suppressed else ""
+        self.logger.warning("%s%s", message, suffix)
+        self._last[key] = (message, now, 0)
+
+    def clear(self, key: str) -> None:
+        self._last.pop(key, None)

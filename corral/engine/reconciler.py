@@ -1,0 +1,434 @@
+"""The reconcile loop: level-triggered passes over every pool, woken early by events.
+
+A full pass observes both far ends once, moves every runner to the state the joined view says it is in
+(`policy.judge_runner`), cleans up what is finished or failed, deletes what nobody owns any more, then
+scales every pool (`policy.plan_scale`). `request_scale` is the fast path for events: it scales one pool
+from the store alone, without listing anything, so a queued job turns into a create request at once.
+
+Intent is written before acting: a runner row exists (`pending`) before GitHub is asked for a JIT config
+and before the cloud is asked for a server, so a crash at any point leaves a row the next pass can judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from string import Template
+from typing import Any
+
+from corral.cloud.provider import (
+    META_INSTALLATION,
+    META_POOL,
+    META_RUNNER,
+    CloudError,
+    CloudProvider,
+    CloudQuotaExceeded,
+    CloudServer,
+    ServerSpec,
+)
+from corral.cloud.userdata import load_template, render_user_data
+from corral.config import CorralConfig, PoolConfig, ScopeConfig
+from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.observe import Observation, observe
+from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
+from corral.metrics import (
+    CLOUD_CALL_SECONDS,
+    CLOUD_CALLS,
+    CREATE_FAILURES,
+    GITHUB_ERRORS,
+    RECONCILE_SECONDS,
+    RUNNER_TRANSITIONS,
+    RUNNERS,
+)
+from corral.model import STARTING_STATES, InvalidTransition, JobState, RunnerState
+from corral.policy import PoolCounts, RunnerFacts, judge_runner, plan_scale
+from corral.store import StaleRunner, Store
+from corral.store.schema import Runner
+
+logger = logging.getLogger("corral.engine")
+
+MAX_STEPS_PER_PASS = 6
+QUOTA_BACKOFF_S = 30.0
+LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Engine:
+    """Keeps every pool at its desired state. One per process; all methods run on one event loop."""
+
+    def __init__(
+        self,
+        config: CorralConfig,
+        store: Store,
+        cloud: CloudProvider,
+        github: GitHubClient,
+        *,
+        user_data_template: Template | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.generation = 1
+        self.store = store
+        self.cloud = cloud
+        self.github = github
+        self.template = user_data_template or load_template(None)
+        self.clock = clock
+        self.log_once = LogOnce(logger, clock=clock)
+        self.pool_problems: dict[str, list[str]] = {}
+        self.backoffs: dict[str, Backoff] = {}
+        self.github_backoff = Backoff(base_s=5.0, cap_s=3600.0, clock=clock)
+        self._in_flight: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._create_slots = asyncio.Semaphore(config.cloud.max_concurrent_creates)
+        self.passes = 0
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    async def apply_config(self, config: CorralConfig) -> None:
+        """Adopt a new configuration: pools added, removed or changed converge from the next pass."""
+        self.config = config
+        self.generation += 1
+        await self.check_pools()
+        self.wake()
+
+    async def check_pools(self) -> None:
+        """Ask the cloud whether each pool's image, flavor, networks... exist; a pool with problems is not ready."""
+        for name, pool in self.config.pools.items():
+            spec = self._server_spec(name, pool, runner_id="check", runner_name="check", user_data="")
+            try:
+                problems = await asyncio.to_thread(self.cloud.check_pool, spec)
+            except CloudError as exc:
+                problems = [f"cannot check the pool against the cloud: {exc}"]
+            if problems:
+                logger.warning("pool %s is not ready: %s", name, "; ".join(problems))
+            self.pool_problems[name] = problems
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Run a full pass as soon as the current one ends."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.check_pools()
+        while not stop.is_set():
+            try:
+                await self.reconcile()
+            except Exception:
+                logger.exception("reconcile pass failed; retrying at the next interval")
+            self._wake.clear()
+            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+            await asyncio.wait(waiters, timeout=self.config.reconcile_interval, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def drain(self) -> None:
+        """Wait for creations and deletions under way (on shutdown, and in tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def reconcile(self) -> None:
+        """One full pass: observe, judge every runner, clean up, scale every pool."""
+        started = time.perf_counter()
+        rows = self.store.runners(states=LIVE_STATES)
+        scope_keys = {row.scope for row in rows} | {pool.scope.key for pool in self.config.pools.values()}
+        observation = await observe(
+            self.cloud, self.github, scope_keys, github_paused=self.github_backoff.waiting, log_once=self.log_once
+        )
+        rows = [self._judge(row, observation) for row in rows]
+        await self._clean_up([row for row in rows if row.state == RunnerState.DELETING], observation)
+        await self._delete_orphans(observation, rows)
+        self._retire_removed_pools(rows)
+        for name in self.config.pools:
+            self.scale(name)
+        self._publish(rows)
+        self.passes += 1
+        RECONCILE_SECONDS.observe(time.perf_counter() - started)
+
+    # -- judging ----------------------------------------------------------------------------------
+
+    def _facts(self, row: Runner, observation: Observation) -> RunnerFacts:
+        pool = self.config.pools.get(row.pool)
+        server = observation.server_for(row.id)
+        registration = observation.registration_for(row.scope, row.name)
+        return RunnerFacts(
+            state=RunnerState(row.state),
+            in_flight=row.id in self._in_flight,
+            age_s=(utcnow() - row.created_at).total_seconds(),
+            bootstrap_timeout_s=pool.bootstrap_timeout if pool else 600.0,
+            server_known=observation.servers is not None,
+            server_status=server.status if server else None,
+            server_fault=server.fault if server else None,
+            registration_known=row.scope in observation.registrations,
+            registered=registration is not None,
+            online=bool(registration and registration.online),
+            busy=bool(registration and registration.busy),
+            had_registration=row.github_runner_id is not None,
+        )
+
+    def _judge(self, row: Runner, observation: Observation) -> Runner:
+        for _ in range(MAX_STEPS_PER_PASS):
+            verdict = judge_runner(self._facts(row, observation))
+            if verdict is None:
+                return row
+            server = observation.server_for(row.id)
+            fields: dict[str, object] = {"server_id": server.id} if server and row.server_id is None else {}
+            if verdict.target in (RunnerState.IDLE, RunnerState.BUSY) and row.registered_at is None:
+                fields["registered_at"] = utcnow()
+            moved = self._move(row, verdict.target, verdict.reason, **fields)
+            if moved is None:
+                return row
+            row = moved
+        return row
+
+    def _move(self, row: Runner, target: RunnerState, reason: str, **fields: object) -> Runner | None:
+        """Apply one transition; None if someone else moved the runner first (their move stands)."""
+        try:
+            moved = self.store.transition(row.id, target, reason, expect=RunnerState(row.state), **fields)
+        except (StaleRunner, InvalidTransition) as exc:
+            logger.info("runner %s: not moved to %s: %s", row.name, target.value, exc)
+            return None
+        if target is RunnerState.FAILED:
+            CREATE_FAILURES.labels(row.pool, reason.split(":", 1)[0][:60]).inc()
+        RUNNER_TRANSITIONS.labels(row.pool, target.value).inc()
+        logger.info("runner %s (pool %s): %s -> %s: %s", row.name, row.pool, row.state, target.value, reason)
+        return moved
+
+    # -- cleaning up ------------------------------------------------------------------------------
+
+    async def _clean_up(self, rows: list[Runner], observation: Observation) -> None:
+        await asyncio.gather(*(self._delete_runner_resources(row, observation) for row in rows))
+
+    async def _delete_runner_resources(self, row: Runner, observation: Observation) -> None:
+        server = observation.server_for(row.id)
+        server_id = server.id if server else (row.server_id if observation.servers is None else None)
+        if server_id is not None:
+            await self._cloud_call("delete_server", self.cloud.delete_server, server_id)
+        registered = observation.registration_for(row.scope, row.name) is not None
+        unknown = row.scope not in observation.registrations
+        if row.github_runner_id is not None and (registered or unknown) and not self.github_backoff.waiting:
+            await self._github_delete(row)
+
+    async def _github_delete(self, row: Runner) -> bool:
+        assert row.github_runner_id is not None
+        try:
+            return await self.github.delete_runner(ScopeConfig.from_key(row.scope), row.github_runner_id)
+        except GitHubError as exc:
+            self._github_failed(exc, f"delete runner {row.name}")
+            return False
+
+    async def _delete_orphans(self, observation: Observation, rows: list[Runner]) -> None:
+        """Servers owned by this installation whose runner row is gone or deleted: delete them."""
+        if observation.servers is None:
+            return
+        live = {row.id for row in rows}
+        for runner_id, server in observation.servers.items():
+            if runner_id in live or runner_id in self._in_flight:
+                continue
+            known = self.store.runner(runner_id)
+            if known is not None and known.state != RunnerState.DELETED:
+                continue
+            logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)
+            await self._cloud_call("delete_server", self.cloud.delete_server, server.id)
+
+    def _retire_removed_pools(self, rows: list[Runner]) -> None:
+        """A pool gone from the config: its idle and starting runners go now, busy ones when their job ends."""
+        for row in rows:
+            if row.pool in self.config.pools or row.id in self._in_flight:
+                continue
+            if row.state in (RunnerState.IDLE, RunnerState.BOOTING):
+                self._spawn(self._retire(row, f"pool {row.pool} was removed from the configuration"))
+
+    async def _retire(self, row: Runner, reason: str) -> None:
+        """Remove an unneeded runner: its registration first, so GitHub cannot hand it a job meanwhile."""
+        self._in_flight.add(row.id)
+        try:
+            if row.github_runner_id is not None and not await self._github_delete(row):
+                return  # busy (it took a job after all) or GitHub unavailable: judged again next pass
+            moved = self._move(row, RunnerState.DELETING, reason)
+            if moved is not None and moved.server_id is not None:
+                await self._cloud_call("delete_server", self.cloud.delete_server, moved.server_id)
+        finally:
+            self._in_flight.discard(row.id)
+
+    # -- scaling ----------------------------------------------------------------------------------
+
+    def request_scale(self, pool_name: str) -> None:
+        """The event fast path: scale one pool from what the store knows, now, without listing anything."""
+        if pool_name in self.config.pools:
+            self.scale(pool_name)
+
+    def pool_counts(self, pool_name: str) -> PoolCounts:
+        states = Counter(RunnerState(row.state) for row in self.store.runners(pool=pool_name, states=LIVE_STATES))
+        return PoolCounts(
+            starting=sum(states[state] for state in STARTING_STATES),
+            idle=states[RunnerState.IDLE],
+            busy=states[RunnerState.BUSY],
+            queued_jobs=self.store.count_jobs(status=JobState.QUEUED, pool=pool_name),
+        )
+
+    def pool_ready(self, pool_name: str) -> tuple[bool, str | None]:
+        """The pool's ready condition: the worst of its parts, with the reason."""
+        problems = self.pool_problems.get(pool_name)
+        if problems is None:
+            return False, "not checked against the cloud yet"
+        if problems:
+            return False, "; ".join(problems)
+        backoff = self.backoffs.get(pool_name)
+        if backoff is not None and backoff.waiting:
+            return False, f"creation paused for {backoff.remaining_s:.0f}s after failures"
+        if self.github_backoff.waiting:
+            return False, f"GitHub calls paused for {self.github_backoff.remaining_s:.0f}s (rate limited)"
+        return True, None
+
+    def scale(self, pool_name: str) -> None:
+        pool = self.config.pools[pool_name]
+        ready, _ = self.pool_ready(pool_name)
+        counts = self.pool_counts(pool_name)
+        plan = plan_scale(counts, min_idle=pool.min_idle, max_runners=pool.max_runners)
+        if ready:
+            for _ in range(plan.create):
+                free = counts.starting + counts.idle
+                reason = f"scale up: {counts.queued_jobs} queued, {free} free, min_idle {pool.min_idle}"
+                row = self.store.add_runner(
+                    pool_name, self.config.name_prefix, list(pool.labels), scope=pool.scope.key, reason=reason
+                )
+                RUNNER_TRANSITIONS.labels(pool_name, RunnerState.PENDING.value).inc()
+                self._in_flight.add(row.id)
+                self._spawn(self._create(row, pool_name, pool))
+        if plan.surplus_idle:
+            self._retire_surplus(pool_name, pool, plan.surplus_idle)
+
+    def _retire_surplus(self, pool_name: str, pool: PoolConfig, surplus: int) -> None:
+        now = utcnow()
+        idle = [
+            row
+            for row in self.store.runners(pool=pool_name, states=[RunnerState.IDLE])
+            if row.id not in self._in_flight and (now - row.state_changed_at).total_seconds() >= pool.idle_grace
+        ]
+        for row in idle[:surplus]:
+            self._spawn(self._retire(row, "scale down: idle above desired"))
+
+    async def _create(self, row: Runner, pool_name: str, pool: PoolConfig) -> None:
+        try:
+            async with self._create_slots:
+                await self._create_steps(row, pool_name, pool)
+        finally:
+            self._in_flight.discard(row.id)
+
+    async def _create_steps(self, row: Runner, pool_name: str, pool: PoolConfig) -> None:
+        backoff = self.backoffs.setdefault(pool_name, Backoff(clock=self.clock))
+        try:
+            jit = await self.github.generate_jit_config(pool.scope, row.name, list(pool.labels), pool.runner_group)
+        except GitHubError as exc:
+            self._github_failed(exc, f"JIT config for {row.name}")
+            backoff.failed()
+            self._move(row, RunnerState.FAILED, f"GitHub refused a JIT config: {exc}")
+            return
+        self.store.update_runner(row.id, github_runner_id=jit.runner_id)
+        row.github_runner_id = jit.runner_id
+        moved = self._move(row, RunnerState.CREATING, "server requested")
+        if moved is None:
+            return
+        user_data = render_user_data(
+            self.template, jit_config=jit.encoded, runner_name=row.name, pool=pool_name, labels=list(pool.labels)
+        )
+        spec = self._server_spec(pool_name, pool, runner_id=row.id, runner_name=row.name, user_data=user_data)
+        try:
+            server = await self._cloud_call("create_server", self.cloud.create_server, spec, raise_errors=True)
+        except CloudQuotaExceeded as exc:
+            wait = backoff.failed(at_least_s=QUOTA_BACKOFF_S)
+            self.log_once.warning(f"quota:{pool_name}", f"pool {pool_name}: out of quota, waiting {wait:.0f}s: {exc}")
+            self._move(moved, RunnerState.FAILED, f"quota exceeded: {exc}")
+            return
+        except CloudError as exc:
+            wait = backoff.failed()
+            self.log_once.warning(
+                f"create:{pool_name}", f"pool {pool_name}: create failed, retry in {wait:.0f}s: {exc}"
+            )
+            self._move(moved, RunnerState.FAILED, f"create failed: {exc}")
+            return
+        assert server is not None
+        backoff.succeeded()
+        self.log_once.clear(f"quota:{pool_name}")
+        self._move(moved, RunnerState.BOOTING, f"server {server.id} created", server_id=server.id)
+
+    def _server_spec(
+        self, pool_name: str, pool: PoolConfig, *, runner_id: str, runner_name: str, user_data: str
+    ) -> ServerSpec:
+        metadata = {
+            **pool.metadata,
+            META_INSTALLATION: self.config.installation,
+            META_POOL: pool_name,
+            META_RUNNER: runner_id,
+        }
+        return ServerSpec(
+            name=runner_name,
+            image=pool.image,
+            flavor=pool.flavor,
+            networks=tuple(pool.networks),
+            security_groups=tuple(pool.security_groups),
+            key_name=pool.key_name,
+            availability_zone=pool.availability_zone,
+            config_drive=pool.config_drive,
+            boot_volume_gb=pool.boot_volume_gb,
+            boot_volume_type=pool.boot_volume_type,
+            volumes=tuple(self.config.volumes_for(pool_name)),
+            metadata=metadata,
+            user_data=user_data,
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _cloud_call(
+        self, operation: str, fn: Callable[..., object], *args: object, raise_errors: bool = False
+    ) -> CloudServer | None:
+        started = time.perf_counter()
+        try:
+            result = await asyncio.to_thread(fn, *args)
+        except CloudError as exc:
+            CLOUD_CALLS.labels(operation, type(exc).__name__).inc()
+            if raise_errors:
+                raise
+            self.log_once.warning(f"cloud:{operation}", f"{operation} failed: {exc}")
+            return None
+        finally:
+            CLOUD_CALL_SECONDS.labels(operation).observe(time.perf_counter() - started)
+        CLOUD_CALLS.labels(operation, "ok").inc()
+        return result if isinstance(result, CloudServer) else None
+
+    def _github_failed(self, exc: GitHubError, what: str) -> None:
+        GITHUB_ERRORS.labels(type(exc).__name__).inc()
+        if isinstance(exc, GitHubRateLimited):
+            self.github_backoff.failed(at_least_s=exc.retry_after)
+        self.log_once.warning(f"github:{what.split(' ', 1)[0]}", f"GitHub: {what} failed: {exc}")
+
+    def _publish(self, rows: list[Runner]) -> None:
+        """Gauges and pool status rows, from this pass's view."""
+        counts = Counter((row.pool, row.state) for row in self.store.runners(states=LIVE_STATES))
+        pools = set(self.config.pools) | {pool for pool, _ in counts}
+        for pool in pools:
+            for state in RunnerState:
+                if state is not RunnerState.DELETED:
+                    RUNNERS.labels(pool, state.value).set(counts[(pool, state.value)])
+        for name in self.config.pools:
+            ready, reason = self.pool_ready(name)
+            self.store.set_pool_status(name, generation=self.generation, ready=ready, reason=reason)
+        for pool in pools - set(self.config.pools):
+            remaining = sum(n for (p, _), n in counts.items() if p == pool)
+            self.store.set_pool_status(
+                pool, generation=self.generation, ready=False, reason=f"removed; {remaining} runners left", removed=True
+            )
