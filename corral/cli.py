@@ -115,12 +115,44 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser("serve", help="run corral: the engine and its API")
+    parser.add_argument("--config", type=Path, required=True, help="corral.yaml")
+    parser.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT for the API (default 127.0.0.1:8080)")
+    parser.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from corral.config import ConfigError
+    from corral.serve import serve
+    from corral.service import Service
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"corral serve: --listen {args.listen!r} is not HOST:PORT", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        service = Service.from_file(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: {len(exc.problems)} problem(s)", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    asyncio.run(serve(service, host, int(port)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corral", description="Ephemeral self-hosted GitHub Actions runners on OpenStack."
     )
     parser.add_argument("--version", action="version", version=f"corral {__version__}")
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_serve_parser(subcommands)
     _add_sandbox_parser(subcommands)
     _add_config_parser(subcommands)
     _add_migrate_parser(subcommands)

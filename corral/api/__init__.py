@@ -1,0 +1,1 @@
+"""HTTP: the REST API, the webhook endpoint, metrics and health."""

@@ -1,0 +1,70 @@
+"""The FastAPI application: REST API under /api/v1, health, metrics (OpenAPI at /docs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import FastAPI, HTTPException, Query, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from corral import __version__
+from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView
+from corral.metrics import REGISTRY
+from corral.model import JobState, RunnerState
+from corral.service import Service
+
+
+def build_app(service: Service) -> FastAPI:
+    app = FastAPI(title="corral", version=__version__, description="Ephemeral GitHub Actions runners on OpenStack")
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz(response: Response) -> dict[str, object]:
+        """Ready once the engine has completed a pass (so the views it serves are real)."""
+        ready = service.engine.passes > 0
+        response.status_code = 200 if ready else 503
+        return {"ready": ready, "passes": service.engine.passes}
+
+    @app.get("/metrics", tags=["health"])
+    async def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/pools", tags=["pools"])
+    async def pools() -> list[PoolView]:
+        return service.pool_views()
+
+    @app.get("/api/v1/runners", tags=["runners"])
+    async def runners(
+        pool: str | None = None,
+        state: Annotated[list[RunnerState] | None, Query()] = None,
+        include_deleted: bool = False,
+    ) -> list[RunnerView]:
+        states = state or [s for s in RunnerState if include_deleted or s is not RunnerState.DELETED]
+        return [RunnerView.of(row) for row in service.store.runners(pool=pool, states=states)]
+
+    @app.get("/api/v1/runners/{runner_id}/events", tags=["runners"])
+    async def runner_events(runner_id: str) -> list[RunnerEventView]:
+        if service.store.runner(runner_id) is None:
+            raise HTTPException(status_code=404, detail=f"no runner {runner_id}")
+        return [RunnerEventView.of(event) for event in service.store.events(runner_id)]
+
+    @app.get("/api/v1/jobs", tags=["jobs"])
+    async def jobs(status: JobState | None = None, pool: str | None = None, limit: int = 200) -> list[JobView]:
+        return [JobView.of(job) for job in service.store.jobs(status=status, pool=pool, limit=min(limit, 1000))]
+
+    @app.post("/api/v1/reload", tags=["actions"])
+    async def reload(response: Response) -> ReloadResult:
+        problems = await service.reload()
+        if problems:
+            response.status_code = 422
+        return ReloadResult(reloaded=not problems, generation=service.engine.generation, problems=problems)
+
+    @app.post("/api/v1/reconcile", status_code=202, tags=["actions"])
+    async def reconcile() -> dict[str, bool]:
+        service.engine.wake()
+        return {"requested": True}
+
+    return app

@@ -1,0 +1,49 @@
+"""`corral serve`: the API server and the engine on one event loop, with SIGHUP reloading the config."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+
+from corral.api.app import build_app
+from corral.service import Service
+
+logger = logging.getLogger("corral.serve")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: corral owns SIGINT/SIGTERM/SIGHUP for the whole process."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(service: Service, host: str, port: int) -> None:
+    server = _Server(uvicorn.Config(build_app(service), host=host, port=port, log_level="warning", lifespan="off"))
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        logger.info("stopping")
+        service.stop()
+        server.should_exit = True
+
+    def reload() -> None:
+        task = loop.create_task(service.reload())
+        task.add_done_callback(lambda _: None)
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    loop.add_signal_handler(signal.SIGINT, stop)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    engine = loop.create_task(service.run())
+    try:
+        await server.serve()
+    finally:
+        service.stop()
+        await engine
+        service.close()

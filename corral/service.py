@@ -1,0 +1,130 @@
+"""One running corral: configuration, store, cloud, GitHub and engine wired together, and reloads.
+
+`corral serve` builds a Service and runs it; tests build one against the sandbox the same way, so the
+code path is the one production runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from pathlib import Path
+
+from corral.api.views import PoolView
+from corral.cloud.openstack import OpenStackProvider, connect
+from corral.cloud.provider import CloudProvider
+from corral.config import ConfigError, CorralConfig, load_config
+from corral.engine.reconciler import LIVE_STATES, Engine
+from corral.github.client import GitHubClient
+from corral.model import RunnerState
+from corral.policy import plan_scale
+from corral.store import Store
+
+logger = logging.getLogger("corral.service")
+
+
+class Service:
+    """Owns every long-lived part of a corral process."""
+
+    def __init__(
+        self,
+        config: CorralConfig,
+        *,
+        config_path: Path | None = None,
+        cloud: CloudProvider | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.config_path = config_path
+        self.config = config
+        self.store = store or Store(config.database_url)
+        self.store.migrate()
+        self.cloud = cloud or OpenStackProvider(connect(config.cloud), config.installation)
+        self.github = GitHubClient(config.github)
+        self.engine = Engine(config, self.store, self.cloud, self.github)
+        self.stop_event = asyncio.Event()
+        self.last_reload_problems: list[str] = []
+
+    @classmethod
+    def from_file(cls, path: Path) -> Service:
+        return cls(load_config(path), config_path=path)
+
+    async def run(self) -> None:
+        await self.engine.run(self.stop_event)
+        await self.engine.drain()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    async def reload(self) -> list[str]:
+        """Re-read the config file; an invalid file keeps the running config and returns why."""
+        if self.config_path is None:
+            return ["this corral was started without a config file; nothing to reload"]
+        try:
+            config = load_config(self.config_path)
+        except ConfigError as exc:
+            logger.warning("reload refused, keeping generation %d: %s", self.engine.generation, exc)
+            self.last_reload_problems = exc.problems
+            return exc.problems
+        unchangeable = [
+            key
+            for key in ("database_url", "installation", "name_prefix")
+            if getattr(config, key) != getattr(self.config, key)
+        ]
+        if config.github != self.config.github or config.cloud != self.config.cloud:
+            unchangeable.append("github/cloud credentials")
+        if unchangeable:
+            problems = [f"{key}: cannot change at run time; restart corral to apply it" for key in unchangeable]
+            self.last_reload_problems = problems
+            return problems
+        self.config = config
+        await self.engine.apply_config(config)
+        self.last_reload_problems = []
+        logger.info("configuration reloaded: generation %d, pools %s", self.engine.generation, sorted(config.pools))
+        return []
+
+    def pool_views(self) -> list[PoolView]:
+        """Per pool (including removed pools still draining): desired, runners by state, readiness."""
+        rows = self.store.runners(states=LIVE_STATES)
+        counts = Counter((row.pool, row.state) for row in rows)
+        statuses = self.store.pool_statuses()
+        names = sorted(set(self.config.pools) | {row.pool for row in rows})
+        views = []
+        for name in names:
+            pool = self.config.pools.get(name)
+            pool_counts = self.engine.pool_counts(name)
+            min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
+            plan = plan_scale(pool_counts, min_idle=min_idle, max_runners=max_runners)
+            ready, reason = self.engine.pool_ready(name) if pool else (False, "removed from the configuration")
+            status = statuses.get(name)
+
+            def n(state: RunnerState, pool_name: str = name) -> int:
+                return counts[(pool_name, state.value)]
+
+            views.append(
+                PoolView(
+                    name=name,
+                    default=name == self.config.default_pool,
+                    removed=pool is None,
+                    ready=ready,
+                    reason=reason,
+                    applied_generation=status.applied_generation if status else 0,
+                    desired=plan.desired,
+                    min_idle=min_idle,
+                    max_runners=max_runners,
+                    queued_jobs=pool_counts.queued_jobs,
+                    pending=n(RunnerState.PENDING),
+                    creating=n(RunnerState.CREATING),
+                    booting=n(RunnerState.BOOTING),
+                    starting=pool_counts.starting,
+                    idle=n(RunnerState.IDLE),
+                    busy=n(RunnerState.BUSY),
+                    failed=n(RunnerState.FAILED),
+                    deleting=n(RunnerState.DELETING),
+                )
+            )
+        return views
+
+    def close(self) -> None:
+        self.cloud.close()
+        self.store.close()
