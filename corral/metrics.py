@@ -22,3 +22,4 @@ CREATE_FAILURES = Counter(
     ["pool", "reason"],
     registry=REGISTRY,
 )
+WEBHOOKS = Counter("corral_webhooks_total", "Webhook deliveries by outcome", ["outcome"], registry=REGISTRY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import FastAPI, HTTPException, Query, Response
@@ -9,13 +10,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral import __version__
 from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView
+from corral.api.webhook import build_webhook_router
 from corral.metrics import REGISTRY
 from corral.model import JobState, RunnerState
 from corral.service import Service
 
+logger = logging.getLogger("corral.api")
+
 
 def build_app(service: Service) -> FastAPI:
     app = FastAPI(title="corral", version=__version__, description="Ephemeral GitHub Actions runners on OpenStack")
+    secret = service.config.github.webhook_secret
+    if secret is None:
+        logger.warning("no webhook secret configured: /webhook is disabled (jobs are found by polling only)")
+    else:
+        app.include_router(build_webhook_router(service, secret.get_secret_value().encode()))
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
