@@ -132,7 +132,7 @@ def judge_runner(facts: RunnerFacts) -> Verdict | None:
     if state in (RunnerState.FINISHED, RunnerState.FAILED):
         return Verdict(RunnerState.DELETING, "cleaning up server and registration")
     if state is RunnerState.DELETING:
-        if server_gone and (registration_gone or not facts.had_registration):
+        if server_gone and registration_gone:
             return Verdict(RunnerState.DELETED, "server and registration are gone")
         return None
     if state in (RunnerState.PENDING, RunnerState.CREATING):

@@ -46,8 +46,8 @@ class Service:
         self.last_reload_problems: list[str] = []
 
     @classmethod
-    def from_file(cls, path: Path) -> Service:
-        return cls(load_config(path), config_path=path)
+    def from_file(cls, path: Path, *, cloud: CloudProvider | None = None) -> Service:
+        return cls(load_config(path), config_path=path, cloud=cloud)
 
     async def run(self) -> None:
         await self.engine.run(self.stop_event)

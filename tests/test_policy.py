@@ -134,6 +134,8 @@ ACTIVE = {"server_status": "ACTIVE"}
         (facts(RunnerState.DELETING, had_registration=True, registered=True), None),
         (facts(RunnerState.DELETING, had_registration=True), RunnerState.DELETED),
         (facts(RunnerState.DELETING, server_known=False), None),
+        (facts(RunnerState.DELETING, registration_known=False), None),
+        (facts(RunnerState.DELETING), RunnerState.DELETED),
     ],
 )
 def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None:

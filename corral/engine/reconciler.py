@@ -212,15 +212,17 @@ class Engine:
         server_id = server.id if server else (row.server_id if observation.servers is None else None)
         if server_id is not None:
             await self._cloud_call("delete_server", self.cloud.delete_server, server_id)
-        registered = observation.registration_for(row.scope, row.name) is not None
+        # By name too: a crash between the JIT config and recording its id leaves a registration we know
+        # only by the name we gave it.
+        registration = observation.registration_for(row.scope, row.name)
         unknown = row.scope not in observation.registrations
-        if row.github_runner_id is not None and (registered or unknown) and not self.github_backoff.waiting:
-            await self._github_delete(row)
+        registration_id = registration.id if registration else (row.github_runner_id if unknown else None)
+        if registration_id is not None and not self.github_backoff.waiting:
+            await self._github_delete(row, registration_id)
 
-    async def _github_delete(self, row: Runner) -> bool:
-        assert row.github_runner_id is not None
+    async def _github_delete(self, row: Runner, registration_id: int) -> bool:
         try:
-            return await self.github.delete_runner(ScopeConfig.from_key(row.scope), row.github_runner_id)
+            return await self.github.delete_runner(ScopeConfig.from_key(row.scope), registration_id)
         except GitHubError as exc:
             self._github_failed(exc, f"delete runner {row.name}")
             return False
@@ -251,7 +253,7 @@ class Engine:
         """Remove an unneeded runner: its registration first, so GitHub cannot hand it a job meanwhile."""
         self._in_flight.add(row.id)
         try:
-            if row.github_runner_id is not None and not await self._github_delete(row):
+            if row.github_runner_id is not None and not await self._github_delete(row, row.github_runner_id):
                 return  # busy (it took a job after all) or GitHub unavailable: judged again next pass
             moved = self._move(row, RunnerState.DELETING, reason)
             if moved is not None and moved.server_id is not None:

@@ -1,0 +1,138 @@
+"""Run a real corral (engine + API over HTTP) against the sandbox, from a config file, in the background.
+
+The same Service that `corral serve` builds, on its own event loop in a thread, with its API served by
+uvicorn on a free loopback port so the sandbox's webhooks reach it over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import openstack.config
+import openstack.connection
+import uvicorn
+import yaml
+
+from corral.api.app import build_app
+from corral.cloud.openstack import OpenStackProvider
+from corral.sandbox.server import Sandbox
+from corral.service import Service
+
+T = TypeVar("T")
+
+
+def sandbox_connection(sandbox: Sandbox) -> openstack.connection.Connection:
+    config = openstack.config.OpenStackConfig(config_files=[sandbox.info.clouds_yaml])
+    return openstack.connection.Connection(config=config.get_one(cloud=sandbox.info.cloud_name))
+
+
+def corral_config(sandbox: Sandbox, database_url: str, pools: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A corral.yaml document pointing at the sandbox (token auth unless `github` is overridden)."""
+    return {
+        "github": {
+            "url": sandbox.info.github_url,
+            "token": sandbox.info.pat,
+            "webhook_secret": sandbox.info.webhook_secret,
+        },
+        "cloud": {"name": sandbox.info.cloud_name},
+        "database_url": database_url,
+        "reconcile_interval": "1s",
+        "pools": pools,
+        **extra,
+    }
+
+
+def pool_spec(labels: list[str], **overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "scope": {"org": "octo-org"},
+        "labels": labels,
+        "image": "ubuntu-24.04-runner",
+        "flavor": "m1.small",
+        "networks": ["private"],
+        "min_idle": 0,
+        "max_runners": 10,
+        "idle_grace": "1s",
+    }
+    spec.update(overrides)
+    return spec
+
+
+class RunningCorral:
+    """corral serving on loopback; `call` runs a coroutine on its loop and returns the result."""
+
+    def __init__(self, sandbox: Sandbox, config_path: Path, document: dict[str, Any]) -> None:
+        self.sandbox = sandbox
+        self.config_path = config_path
+        self.write_config(document)
+        self.service = Service.from_file(
+            config_path, cloud=OpenStackProvider(sandbox_connection(sandbox), document.get("installation", "corral"))
+        )
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(128)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._server = uvicorn.Server(
+            uvicorn.Config(build_app(self.service), log_level="warning", lifespan="off", access_log=False)
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="corral-under-test")
+
+    def write_config(self, document: dict[str, Any]) -> None:
+        self.config_path.write_text(yaml.safe_dump(document))
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            engine = asyncio.create_task(self.service.run())
+            await self._server.serve(sockets=[self._socket])
+            self.service.stop()
+            await engine
+
+        asyncio.run(main())
+
+    def start(self) -> RunningCorral:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("corral did not start")
+            time.sleep(0.01)
+        with httpx.Client(base_url=self.sandbox.info.control_url) as control:
+            control.put("/webhook", json={"url": f"{self.url}/webhook"}).raise_for_status()
+        return self
+
+    def call(self, make: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+        assert self._loop is not None
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(make(), self._loop)  # type: ignore[arg-type]
+        return future.result(timeout)
+
+    def reconcile(self) -> None:
+        """One full pass now, then wait for the creations and deletions it started."""
+
+        async def run() -> None:
+            await self.service.engine.reconcile()
+            await self.service.engine.drain()
+
+        self.call(run)
+
+    def reload(self, document: dict[str, Any]) -> list[str]:
+        self.write_config(document)
+        return self.call(self.service.reload)
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=10)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        with contextlib.suppress(Exception):
+            self.service.close()

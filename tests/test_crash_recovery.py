@@ -1,0 +1,135 @@
+"""kill -9 at the worst moments, restart, and nothing leaks: `corral serve` as a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from corral.sandbox.server import Sandbox
+from tests.corral_harness import corral_config, pool_spec
+from tests.waiting import wait_until
+
+
+class CorralProcess:
+    """`corral serve` in a child process, killable with SIGKILL like a crashed host."""
+
+    def __init__(self, sandbox: Sandbox, config_path: Path, port: int) -> None:
+        self.sandbox = sandbox
+        self.config_path = config_path
+        self.port = port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "OS_CLIENT_CONFIG_FILE": self.sandbox.info.clouds_yaml}
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "corral.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._ready, timeout=30, what="corral serve ready")
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def corral_process(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
+    processes: list[CorralProcess] = []
+
+    def make(document: dict[str, Any]) -> CorralProcess:
+        path = tmp_path / "corral.yaml"
+        path.write_text(yaml.safe_dump(document))
+        process = CorralProcess(sandbox, path, free_port())
+        processes.append(process)
+        return process
+
+    yield make
+    for process in processes:
+        process.stop()
+
+
+def leftovers(control: httpx.Client) -> dict[str, int]:
+    stats = control.get("/stats").json()
+    return {
+        "servers": stats["cloud"]["servers"],
+        "volumes": stats["cloud"]["volumes"],
+        "registrations": stats["github"]["runners_current"],
+    }
+
+
+NOTHING = {"servers": 0, "volumes": 0, "registrations": 0}
+
+
+@pytest.mark.parametrize("moment", ["creation", "deletion"])
+def test_kill_9_then_restart_leaks_nothing(
+    sandbox: Sandbox, control: httpx.Client, corral_process: Any, tmp_path: Path, moment: str
+) -> None:
+    pool = pool_spec(["small"], min_idle=3, extra_volumes=[{"name": "cache", "size_gb": 5}], bootstrap_timeout="20s")
+    document = corral_config(sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool}, reconcile_interval="0.3s")
+    slow = (
+        "openstack POST /compute/v2.1/servers" if moment == "creation" else "openstack DELETE /compute/v2.1/servers/*"
+    )
+    if moment == "deletion":
+        first = corral_process(document)
+        first.start()
+        wait_until(lambda: control.get("/stats").json()["github"]["runners_online"] == 3, what="three warm runners")
+        first.stop()
+        document["pools"]["small"]["min_idle"] = 0
+    control.put("/faults", json={"endpoints": [{"match": slow, "latency_ms": 1500}]}).raise_for_status()
+    victim = corral_process(document)
+    victim.start()
+    key = slow.split(" ", 1)[1]
+
+    def in_flight() -> bool:
+        calls = control.get("/stats").json()["api_calls"]["openstack"]
+        return sum(n for endpoint, n in calls.items() if endpoint.startswith(key.replace("*", ""))) >= 2
+
+    wait_until(in_flight, what=f"{moment} requests in flight")
+    victim.kill()
+    control.put("/faults", json={}).raise_for_status()
+
+    document["pools"]["small"]["min_idle"] = 0
+    (tmp_path / "corral.yaml").write_text(yaml.safe_dump(document))
+    survivor = corral_process(document)
+    survivor.start()
+    wait_until(lambda: leftovers(control) == NOTHING, timeout=40, what="no server, volume or registration left")

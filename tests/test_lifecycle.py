@@ -1,0 +1,153 @@
+"""Pools converge against the sandbox: warm runners, demand from webhooks, grow, shrink, add, remove,
+switch the default. Servers and registrations are checked on both far ends, not in corral's store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from githubkit import GitHub, TokenAuthStrategy
+
+from corral.sandbox.server import Sandbox
+from tests.corral_harness import RunningCorral, corral_config, pool_spec, sandbox_connection
+from tests.waiting import wait_until
+
+ORG = "octo-org"
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'corral.db'}"
+
+
+@pytest.fixture
+def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
+    started: list[RunningCorral] = []
+
+    def start(document: dict[str, Any]) -> RunningCorral:
+        corral = RunningCorral(sandbox, tmp_path / "corral.yaml", document).start()
+        started.append(corral)
+        return corral
+
+    yield start
+    for corral in started:
+        corral.stop()
+
+
+def cloud_servers(sandbox: Sandbox) -> dict[str, list[str]]:
+    """Owned servers per pool, as the cloud lists them: pool -> statuses."""
+    conn = sandbox_connection(sandbox)
+    pools: dict[str, list[str]] = {}
+    for server in conn.compute.servers(details=True):
+        pool = (server.metadata or {}).get("corral-pool")
+        if pool:
+            pools.setdefault(pool, []).append(server.status)
+    conn.close()
+    return pools
+
+
+def registrations(sandbox: Sandbox) -> list[Any]:
+    github = GitHub(TokenAuthStrategy(sandbox.info.pat), base_url=sandbox.info.github_url)
+    return list(github.rest.actions.list_self_hosted_runners_for_org(ORG, per_page=100).parsed_data.runners)
+
+
+def online_per_pool(sandbox: Sandbox) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for runner in registrations(sandbox):
+        if runner.status == "online":
+            pool = runner.name.split("-")[1]
+            counts[pool] = counts.get(pool, 0) + 1
+    return counts
+
+
+def converge(corral: RunningCorral, check: Any, what: str, timeout: float = 20.0) -> Any:
+    """Run passes until `check()` holds (each pass is synchronous, so this waits on state, not time)."""
+
+    def probe() -> Any:
+        corral.reconcile()
+        return check()
+
+    return wait_until(probe, timeout=timeout, what=what)
+
+
+def pools_view(corral: RunningCorral) -> dict[str, dict[str, Any]]:
+    with corral.api() as api:
+        return {pool["name"]: pool for pool in api.get("/api/v1/pools").json()}
+
+
+def test_warm_runners_come_up_and_grow_and_shrink(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:
+    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"], min_idle=2)})
+    corral = start_corral(document)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "two warm runners online")
+    assert cloud_servers(sandbox) == {"small": ["ACTIVE", "ACTIVE"]}
+    view = pools_view(corral)["small"]
+    assert (view["idle"], view["desired"], view["ready"], view["default"]) == (2, 2, True, True)
+
+    document["pools"]["small"]["min_idle"] = 4
+    assert corral.reload(document) == []
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 4}, "grown to four")
+    assert pools_view(corral)["small"]["applied_generation"] == 2
+
+    document["pools"]["small"]["min_idle"] = 1
+    assert corral.reload(document) == []
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "shrunk to one")
+    converge(corral, lambda: cloud_servers(sandbox) == {"small": ["ACTIVE"]}, "surplus servers deleted")
+
+
+def test_queued_jobs_get_one_runner_each_and_everything_is_cleaned_up(
+    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+) -> None:
+    corral = start_corral(corral_config(sandbox, database_url, {"small": pool_spec(["small"], max_runners=5)}))
+    jobs = [
+        control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted", "small"], "duration": 0.2}).json()
+        for _ in range(3)
+    ]
+
+    def all_done() -> bool:
+        return all(control.get(f"/jobs/{job['id']}").json()["status"] == "completed" for job in jobs)
+
+    converge(corral, all_done, "three jobs completed")
+    converge(corral, lambda: cloud_servers(sandbox) == {} and registrations(sandbox) == [], "nothing left behind")
+    stats = control.get("/stats").json()["cloud"]
+    assert stats["servers_created"] == 3, "one runner per job, no more"
+
+
+def test_adding_removing_and_switching_the_default_pool(
+    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+) -> None:
+    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"], min_idle=1)})
+    corral = start_corral(document)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "small warm")
+
+    document["pools"]["big"] = pool_spec(["big"], min_idle=2, flavor="m1.large")
+    document["default_pool"] = "small"
+    assert corral.reload(document) == []
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1, "big": 2}, "big pool added")
+
+    document["default_pool"] = "big"
+    document["pools"]["small"]["min_idle"] = 0
+    assert corral.reload(document) == []
+    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted"], "duration": 0}).json()
+    taken = converge(corral, lambda: control.get(f"/jobs/{job['id']}").json()["runner_name"], "generic job taken")
+    assert taken.split("-")[1] == "big", "generic jobs follow the default pool"
+
+    del document["pools"]["small"]
+    assert corral.reload(document) == []
+    converge(corral, lambda: "small" not in cloud_servers(sandbox), "removed pool's servers deleted")
+    assert "small" not in online_per_pool(sandbox)
+    converge(corral, lambda: "small" not in pools_view(corral), "removed pool drained from the view")
+
+
+def test_an_invalid_reload_keeps_the_running_generation(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:
+    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"])})
+    corral = start_corral(document)
+    broken = {**document, "default_pool": "nope"}
+    with corral.api() as api:
+        corral.write_config(broken)
+        response = api.post("/api/v1/reload")
+    assert response.status_code == 422
+    assert response.json()["problems"] == ["default_pool: 'nope' names no pool; use one of ['small']"]
+    assert response.json()["generation"] == 1
