@@ -225,6 +225,8 @@ class CloudConfig(StrictModel):
     name: str | None = None
     region: str | None = None
     max_concurrent_creates: int = Field(default=8, ge=1, le=256)
+    quota_retry: Duration = 30.0
+    """How long a pool waits after the cloud said its quota is exhausted before asking again."""
 
 
 class CorralConfig(StrictModel):

@@ -43,7 +43,7 @@ def corral_config(sandbox: Sandbox, database_url: str, pools: dict[str, Any], **
             "token": sandbox.info.pat,
             "webhook_secret": sandbox.info.webhook_secret,
         },
-        "cloud": {"name": sandbox.info.cloud_name},
+        "cloud": {"name": sandbox.info.cloud_name, "quota_retry": "2s"},
         "database_url": database_url,
         "reconcile_interval": "1s",
         "pools": pools,

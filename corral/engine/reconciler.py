@@ -52,7 +52,6 @@ from corral.store.schema import Runner
 logger = logging.getLogger("corral.engine")
 
 MAX_STEPS_PER_PASS = 6
-QUOTA_BACKOFF_S = 30.0
 LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
 
 
@@ -191,6 +190,8 @@ class Engine:
 
     def _move(self, row: Runner, target: RunnerState, reason: str, **fields: object) -> Runner | None:
         """Apply one transition; None if someone else moved the runner first (their move stands)."""
+        if target is RunnerState.FAILED:
+            fields.setdefault("failure_reason", reason)
         try:
             moved = self.store.transition(row.id, target, reason, expect=RunnerState(row.state), **fields)
         except (StaleRunner, InvalidTransition) as exc:
@@ -347,7 +348,7 @@ class Engine:
         try:
             server = await self._cloud_call("create_server", self.cloud.create_server, spec, raise_errors=True)
         except CloudQuotaExceeded as exc:
-            wait = backoff.failed(at_least_s=QUOTA_BACKOFF_S)
+            wait = backoff.failed(at_least_s=self.config.cloud.quota_retry)
             self.log_once.warning(f"quota:{pool_name}", f"pool {pool_name}: out of quota, waiting {wait:.0f}s: {exc}")
             self._move(moved, RunnerState.FAILED, f"quota exceeded: {exc}")
             return

@@ -1,0 +1,99 @@
+"""Faults at the far ends: capacity recovers, failed runners stop counting, nothing is left behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.sandbox.server import Sandbox
+from tests.corral_harness import RunningCorral, corral_config, pool_spec
+from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def corral_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
+    started: list[RunningCorral] = []
+
+    def start(**pool: Any) -> RunningCorral:
+        document = corral_config(
+            sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], **pool)}
+        )
+        corral = RunningCorral(sandbox, tmp_path / "corral.yaml", document).start()
+        started.append(corral)
+        return corral
+
+    yield start
+    for corral in started:
+        corral.stop()
+
+
+def runner_failures(corral: RunningCorral) -> list[str]:
+    with corral.api() as api:
+        runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
+    return [runner["failure_reason"] or "" for runner in runners]
+
+
+def events_of_failed(corral: RunningCorral) -> list[str]:
+    with corral.api() as api:
+        runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
+        reasons = []
+        for runner in runners:
+            events = api.get(f"/api/v1/runners/{runner['id']}/events").json()
+            reasons += [event["reason"] for event in events if event["to_state"] == "failed"]
+    return reasons
+
+
+def test_boot_failures_are_deleted_and_capacity_recovers(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any
+) -> None:
+    control.put("/faults", json={"world": {"boot_failure_rate": 1.0}}).raise_for_status()
+    corral = corral_for(min_idle=2, max_runners=2)
+    converge(corral, lambda: any("ERROR" in r for r in events_of_failed(corral)), "boot failures seen")
+    control.put("/faults", json={}).raise_for_status()
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "capacity back at max_runners", timeout=60)
+    converge(corral, lambda: sorted(cloud_servers(sandbox)["small"]) == ["ACTIVE", "ACTIVE"], "ERROR servers gone")
+
+
+def test_runners_that_never_register_are_removed_after_the_bootstrap_timeout(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any
+) -> None:
+    control.put("/faults", json={"world": {"never_register_rate": 1.0}}).raise_for_status()
+    corral = corral_for(min_idle=1, bootstrap_timeout="1s")
+    converge(corral, lambda: any("bootstrap_timeout" in r for r in events_of_failed(corral)), "timeout seen")
+    control.put("/faults", json={}).raise_for_status()
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a working runner replaces it", timeout=60)
+    converge(corral, lambda: cloud_servers(sandbox) == {"small": ["ACTIVE"]}, "the silent server is deleted")
+
+
+def test_a_burst_of_cloud_errors_is_survived(sandbox: Sandbox, control: httpx.Client, corral_for: Any) -> None:
+    faults = {"endpoints": [{"match": "openstack * /compute/*", "error_rate": 1.0, "status": 503, "count": 12}]}
+    control.put("/faults", json=faults).raise_for_status()
+    corral = corral_for(min_idle=3)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 3}, "three runners despite 503s", timeout=90)
+    assert control.get("/stats").json()["counters"]["openstack_injected_errors"] == 12
+
+
+def test_quota_exhaustion_makes_the_pool_wait_then_recover(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any
+) -> None:
+    control.put("/quota", json={"instances": 1}).raise_for_status()
+    corral = corral_for(min_idle=3)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "one runner fits the quota")
+
+    def waiting_on_quota() -> bool:
+        view = pools_view(corral)["small"]
+        return not view["ready"] and "paused" in (view["reason"] or "")
+
+    converge(corral, waiting_on_quota, "pool says it waits")
+    creates = control.get("/stats").json()["api_calls"]["openstack"].get("POST /compute/v2.1/servers", 0)
+    assert creates < 10, f"no retry storm against a full quota ({creates} create calls)"
+    control.put("/quota", json={"instances": 10}).raise_for_status()
+    wait_until(lambda: corral.reconcile() or online_per_pool(sandbox) == {"small": 3}, timeout=90, what="recovered")
+    assert all("quota" in reason for reason in runner_failures(corral) if reason), (
+        "every failure was the quota, reported as such"
+    )
