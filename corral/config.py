@@ -241,6 +241,12 @@ class CorralConfig(StrictModel):
     extra_volumes: list[SharedVolumeConfig] = Field(default_factory=list)
     pools: dict[str, PoolConfig] = Field(min_length=1)
     reconcile_interval: Duration = 30.0
+    stale_job_check: Duration = 60.0
+    """A job queued longer than this is confirmed with GitHub (one GET) before it gets a runner."""
+    max_runners_per_job: int = Field(default=3, ge=1, le=20)
+    """Runners started on one job's behalf before corral gives up on it (a broken image, a lost job)."""
+    missed_job_scan: Duration = 60.0
+    """How often to look for jobs whose webhook was lost: failed App deliveries, or queued runs."""
 
     @field_validator("pools")
     @classmethod

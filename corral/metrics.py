@@ -23,3 +23,6 @@ CREATE_FAILURES = Counter(
     registry=REGISTRY,
 )
 WEBHOOKS = Counter("corral_webhooks_total", "Webhook deliveries by outcome", ["outcome"], registry=REGISTRY)
+JOBS_RECOVERED = Counter(
+    "corral_jobs_recovered_total", "Jobs found without their webhook, by how", ["how"], registry=REGISTRY
+)

@@ -16,7 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from string import Template
 from typing import Any
 
@@ -33,6 +33,7 @@ from corral.cloud.provider import (
 from corral.cloud.userdata import load_template, render_user_data
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.jobs import RECHECK_INTERVAL, JobTracker
 from corral.engine.observe import Observation, observe
 from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
 from corral.metrics import (
@@ -44,10 +45,10 @@ from corral.metrics import (
     RUNNER_TRANSITIONS,
     RUNNERS,
 )
-from corral.model import STARTING_STATES, InvalidTransition, JobState, RunnerState
+from corral.model import STARTING_STATES, InvalidTransition, RunnerState
 from corral.policy import PoolCounts, RunnerFacts, judge_runner, plan_scale
 from corral.store import StaleRunner, Store
-from corral.store.schema import Runner
+from corral.store.schema import Job, Runner
 
 logger = logging.getLogger("corral.engine")
 
@@ -87,6 +88,7 @@ class Engine:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._create_slots = asyncio.Semaphore(config.cloud.max_concurrent_creates)
+        self.jobs = JobTracker(store, github, self.log_once, clock)
         self.passes = 0
 
     # -- configuration ----------------------------------------------------------------------------
@@ -146,6 +148,8 @@ class Engine:
         await self._clean_up([row for row in rows if row.state == RunnerState.DELETING], observation)
         await self._delete_orphans(observation, rows)
         self._retire_removed_pools(rows)
+        await self.jobs.verify_stale(self.config)
+        await self.jobs.recover_missed(self.config)
         for name in self.config.pools:
             self.scale(name)
         self._publish(rows)
@@ -269,13 +273,29 @@ class Engine:
         if pool_name in self.config.pools:
             self.scale(pool_name)
 
-    def pool_counts(self, pool_name: str) -> PoolCounts:
-        states = Counter(RunnerState(row.state) for row in self.store.runners(pool=pool_name, states=LIVE_STATES))
+    def demand(self, pool_name: str) -> list[Job]:
+        """Queued jobs that count as demand: fresh ones, and old ones GitHub recently confirmed as queued.
+
+        An old job nobody has confirmed waits for the next full pass to ask GitHub, so a cancelled or
+        already-taken job does not get a runner.
+        """
+        now = utcnow()
+        fresh_after = now - timedelta(seconds=self.config.stale_job_check)
+        confirmed_after = now - RECHECK_INTERVAL
+        return [
+            job
+            for job in self.store.demand(pool_name, max_runners_per_job=self.config.max_runners_per_job)
+            if job.received_at >= fresh_after or (job.checked_at is not None and job.checked_at >= confirmed_after)
+        ]
+
+    def pool_counts(self, pool_name: str, demand: list[Job] | None = None) -> PoolCounts:
+        rows = self.store.runners(pool=pool_name, states=LIVE_STATES)
+        states = Counter(RunnerState(row.state) for row in rows)
         return PoolCounts(
             starting=sum(states[state] for state in STARTING_STATES),
             idle=states[RunnerState.IDLE],
             busy=states[RunnerState.BUSY],
-            queued_jobs=self.store.count_jobs(status=JobState.QUEUED, pool=pool_name),
+            queued_jobs=len(self.demand(pool_name) if demand is None else demand),
         )
 
     def pool_ready(self, pool_name: str) -> tuple[bool, str | None]:
@@ -295,20 +315,40 @@ class Engine:
     def scale(self, pool_name: str) -> None:
         pool = self.config.pools[pool_name]
         ready, _ = self.pool_ready(pool_name)
-        counts = self.pool_counts(pool_name)
+        demand = self.demand(pool_name)
+        counts = self.pool_counts(pool_name, demand)
         plan = plan_scale(counts, min_idle=pool.min_idle, max_runners=pool.max_runners)
-        if ready:
-            for _ in range(plan.create):
-                free = counts.starting + counts.idle
-                reason = f"scale up: {counts.queued_jobs} queued, {free} free, min_idle {pool.min_idle}"
+        if ready and plan.create:
+            free = counts.starting + counts.idle
+            reason = f"scale up: {counts.queued_jobs} queued, {free} free, min_idle {pool.min_idle}"
+            for job_id in self._jobs_to_cover(pool_name, demand, plan.create):
                 row = self.store.add_runner(
-                    pool_name, self.config.name_prefix, list(pool.labels), scope=pool.scope.key, reason=reason
+                    pool_name,
+                    self.config.name_prefix,
+                    list(pool.labels),
+                    scope=pool.scope.key,
+                    job_id=job_id,
+                    reason=reason if job_id is None else f"{reason}; for job {job_id}",
                 )
+                if job_id is not None:
+                    self.store.runner_started_for(job_id)
                 RUNNER_TRANSITIONS.labels(pool_name, RunnerState.PENDING.value).inc()
                 self._in_flight.add(row.id)
                 self._spawn(self._create(row, pool_name, pool))
         if plan.surplus_idle:
             self._retire_surplus(pool_name, pool, plan.surplus_idle)
+
+    def _jobs_to_cover(self, pool_name: str, demand: list[Job], count: int) -> list[int | None]:
+        """Which queued job each new runner is started for (oldest uncovered first; None for warm ones).
+
+        A job is covered while a runner started for it is still starting or idle; once that runner is
+        busy (perhaps with another job) the job is uncovered again and may get another runner, up to
+        `max_runners_per_job`.
+        """
+        free = [RunnerState.PENDING, RunnerState.CREATING, RunnerState.BOOTING, RunnerState.IDLE]
+        covered = {row.job_id for row in self.store.runners(pool=pool_name, states=free) if row.job_id is not None}
+        uncovered: list[int | None] = [job.id for job in demand if job.id not in covered]
+        return (uncovered + [None] * count)[:count]
 
     def _retire_surplus(self, pool_name: str, pool: PoolConfig, surplus: int) -> None:
         now = utcnow()

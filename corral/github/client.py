@@ -10,18 +10,22 @@ are not waited out inside a call (that could stall a reconcile pass for an hour)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import httpx
 from githubkit import AppAuthStrategy, AppInstallationAuthStrategy, GitHub, TokenAuthStrategy
 from githubkit.exception import RateLimitExceeded, RequestError, RequestFailed
 from githubkit.retry import RetryChainDecision, RetryServerError
 from githubkit_schemas.latest.models import (
+    HookDeliveryItem,
     Installation,
     Job,
     OrgsOrgActionsRunnerGroupsGetResponse200,
     OrgsOrgActionsRunnersGenerateJitconfigPostResponse201,
     OrgsOrgActionsRunnersGetResponse200,
+    ReposOwnerRepoActionsRunsGetResponse200,
+    ReposOwnerRepoActionsRunsRunIdJobsGetResponse200,
 )
 
 from corral.config import GitHubConfig, ScopeConfig
@@ -83,6 +87,25 @@ class JobStatus:
     status: str
     conclusion: str | None
     runner_name: str | None
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job found by polling instead of by webhook."""
+
+    id: int
+    run_id: int
+    repository: str
+    labels: list[str]
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class FailedDelivery:
+    id: int
+    guid: str
+    event: str
+    delivered_at: datetime
 
 
 def scope_path(scope: ScopeConfig) -> str:
@@ -251,6 +274,76 @@ class GitHubClient:
         response = await self._call(client, "GET", f"/repos/{repository}/actions/jobs/{job_id}", response_model=Job)
         job = response.parsed_data
         return JobStatus(id=job.id, status=job.status, conclusion=job.conclusion, runner_name=job.runner_name)
+
+    async def queued_jobs(self, scope: ScopeConfig, repository: str) -> list[QueuedJob]:
+        """Queued jobs of a repository's queued workflow runs (for when webhooks cannot be relied on)."""
+        client = await self._client_for(scope)
+        runs = await self._call(
+            client,
+            "GET",
+            f"/repos/{repository}/actions/runs",
+            params={"status": "queued", "per_page": PER_PAGE},
+            response_model=ReposOwnerRepoActionsRunsGetResponse200,
+        )
+        found: list[QueuedJob] = []
+        for run in runs.parsed_data.workflow_runs:
+            jobs = await self._call(
+                client,
+                "GET",
+                f"/repos/{repository}/actions/runs/{run.id}/jobs",
+                params={"filter": "latest", "per_page": PER_PAGE},
+                response_model=ReposOwnerRepoActionsRunsRunIdJobsGetResponse200,
+            )
+            found.extend(
+                QueuedJob(
+                    id=job.id, run_id=run.id, repository=repository, labels=list(job.labels), created_at=job.created_at
+                )
+                for job in jobs.parsed_data.jobs
+                if job.status == "queued"
+            )
+        return found
+
+    # -- webhook deliveries (GitHub App only) -----------------------------------------------------
+
+    async def failed_deliveries(self, newer_than: datetime) -> list[FailedDelivery]:
+        """The App hook's deliveries since `newer_than` that never succeeded (not even on a redelivery)."""
+        if not self._config.uses_app:
+            return []
+        succeeded: set[str] = set()
+        failed: dict[str, FailedDelivery] = {}
+        cursor: str | None = None
+        while True:
+            params: dict[str, str | int] = {"per_page": PER_PAGE}
+            if cursor:
+                params["cursor"] = cursor
+            response = await self._call(
+                self._root, "GET", "/app/hook/deliveries", params=params, response_model=list[HookDeliveryItem]
+            )
+            items = response.parsed_data
+            for item in items:
+                if item.delivered_at < newer_than:
+                    continue
+                if 200 <= item.status_code < 300:
+                    succeeded.add(item.guid)
+                elif item.guid not in failed:
+                    failed[item.guid] = FailedDelivery(item.id, item.guid, item.event, item.delivered_at)
+            cursor = _next_cursor(response.headers.get("link", ""))
+            if not items or cursor is None or min(item.delivered_at for item in items) < newer_than:
+                break
+        return [delivery for guid, delivery in failed.items() if guid not in succeeded]
+
+    async def redeliver(self, delivery_id: int) -> None:
+        await self._call(self._root, "POST", f"/app/hook/deliveries/{delivery_id}/attempts")
+
+
+def _next_cursor(link: str) -> str | None:
+    """The `cursor` of the rel="next" link: GitHub pages hook deliveries by cursor, not page number."""
+    for part in link.split(","):
+        if 'rel="next"' in part and "cursor=" in part:
+            url = part.split(";")[0].strip().strip("<>")
+            cursor: str | None = httpx.URL(url).params.get("cursor")
+            return cursor
+    return None
 
 
 def _message(exc: RequestFailed) -> str:

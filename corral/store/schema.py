@@ -95,6 +95,9 @@ class Job(Base):
     received_at: Mapped[datetime]
     """When corral first heard of the job (webhook or poll)."""
     runners_started: Mapped[int] = mapped_column(Integer, default=0)
+    """Runners created on this job's behalf; bounded so a broken image cannot create runners forever."""
+    checked_at: Mapped[datetime | None]
+    """When GitHub was last asked whether this job is still queued."""
 
 
 class Delivery(Base):

@@ -15,7 +15,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, create_engine, event, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -214,10 +214,50 @@ class Store:
         with self.session() as session:
             return list(session.scalars(query))
 
-    def count_jobs(self, *, status: JobState, pool: str) -> int:
-        query = select(func.count()).select_from(Job).where(Job.status == status.value, Job.pool == pool)
+    def demand(self, pool: str, *, max_runners_per_job: int) -> list[Job]:
+        """Queued jobs of a pool that may still be given a runner, oldest first."""
+        query = (
+            select(Job)
+            .where(Job.status == JobState.QUEUED.value, Job.pool == pool, Job.runners_started < max_runners_per_job)
+            .order_by(Job.queued_at, Job.id)
+        )
         with self.session() as session:
-            return int(session.scalar(query) or 0)
+            return list(session.scalars(query))
+
+    def runner_started_for(self, job_id: int) -> None:
+        with self.session() as session:
+            session.execute(update(Job).where(Job.id == job_id).values(runners_started=Job.runners_started + 1))
+
+    def stale_queued_jobs(self, *, queued_before: datetime, checked_before: datetime, limit: int) -> list[Job]:
+        """Queued jobs old enough to be worth asking GitHub about, not asked recently."""
+        query = (
+            select(Job)
+            .where(
+                Job.status == JobState.QUEUED.value,
+                Job.received_at < queued_before,
+                (Job.checked_at.is_(None)) | (Job.checked_at < checked_before),
+            )
+            .order_by(Job.checked_at.nulls_first(), Job.received_at)
+            .limit(limit)
+        )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def job_checked(self, job_id: int, *, status: JobState, conclusion: str | None) -> None:
+        """Record what GitHub said of a job when asked directly; it never moves backwards either."""
+        with self.session() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job is None:
+                return
+            job.checked_at = utcnow()
+            if status.rank > JobState(job.status).rank:
+                job.status = status.value
+                job.conclusion = conclusion
+
+    def recent_repositories(self, *, since: datetime) -> list[str]:
+        query = select(Job.repository).where(Job.received_at >= since).distinct()
+        with self.session() as session:
+            return list(session.scalars(query))
 
     # -- pools ------------------------------------------------------------------------------------
 

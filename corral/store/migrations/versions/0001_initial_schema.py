@@ -42,6 +42,7 @@ def upgrade() -> None:
         sa.Column("completed_at", corral.store.schema.UTCDateTime(timezone=True), nullable=True),
         sa.Column("received_at", corral.store.schema.UTCDateTime(timezone=True), nullable=False),
         sa.Column("runners_started", sa.Integer(), nullable=False),
+        sa.Column("checked_at", corral.store.schema.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("jobs", schema=None) as batch_op:

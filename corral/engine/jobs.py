@@ -1,0 +1,141 @@
+"""Keeping the job table true when webhooks are late, lost or stale.
+
+Two duties, both run from the periodic pass and never from the webhook path:
+- confirm with GitHub (one GET each) that old queued jobs are still queued, so jobs cancelled or taken
+  by another runner stop counting as demand;
+- find jobs whose webhook never arrived: with a GitHub App, ask GitHub to redeliver its failed
+  deliveries; with a token, list the queued runs of the repositories corral knows about.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from corral.config import CorralConfig, ScopeConfig
+from corral.engine.backoff import LogOnce
+from corral.github.client import GitHubClient, GitHubError
+from corral.metrics import GITHUB_ERRORS, JOBS_RECOVERED
+from corral.model import JobState
+from corral.policy import match_pool
+from corral.store import Store
+
+logger = logging.getLogger("corral.jobs")
+
+STALE_CHECKS_PER_PASS = 50
+RECHECK_INTERVAL = timedelta(seconds=60)
+REDELIVERY_WINDOW = timedelta(hours=1)
+GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN_PROGRESS}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobTracker:
+    def __init__(
+        self, store: Store, github: GitHubClient, log_once: LogOnce, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store = store
+        self.github = github
+        self.log_once = log_once
+        self.clock = clock
+        self._next_scan = 0.0
+        self._redelivered: set[str] = set()
+
+    def scope_for(self, config: CorralConfig, pool: str | None, repository: str) -> ScopeConfig:
+        """Whose credentials to ask about a repository's job: its pool's scope, else the repository."""
+        if pool is not None and pool in config.pools:
+            return config.pools[pool].scope
+        return ScopeConfig(repo=repository)
+
+    async def verify_stale(self, config: CorralConfig) -> set[str]:
+        """Ask GitHub about old queued jobs; returns the pools whose demand changed."""
+        now = utcnow()
+        changed: set[str] = set()
+        jobs = self.store.stale_queued_jobs(
+            queued_before=now - timedelta(seconds=config.stale_job_check),
+            checked_before=now - RECHECK_INTERVAL,
+            limit=STALE_CHECKS_PER_PASS,
+        )
+        for job in jobs:
+            try:
+                status = await self.github.get_job(
+                    self.scope_for(config, job.pool, job.repository), job.repository, job.id
+                )
+            except GitHubError as exc:
+                GITHUB_ERRORS.labels(type(exc).__name__).inc()
+                self.log_once.warning("jobs:verify", f"cannot confirm job {job.id} is still queued: {exc}")
+                if exc.status == 404:
+                    self.store.job_checked(job.id, status=JobState.COMPLETED, conclusion="not_found")
+                continue
+            state = GITHUB_JOB_STATES.get(status.status, JobState.QUEUED)
+            self.store.job_checked(job.id, status=state, conclusion=status.conclusion)
+            if state is not JobState.QUEUED and job.pool:
+                logger.info("job %d is %s on GitHub, no longer demand", job.id, status.status)
+                changed.add(job.pool)
+        return changed
+
+    async def recover_missed(self, config: CorralConfig) -> set[str]:
+        """Once per `missed_job_scan`: redeliver failed App deliveries, or poll queued runs with a token."""
+        if self.clock() < self._next_scan:
+            return set()
+        self._next_scan = self.clock() + config.missed_job_scan
+        if config.github.uses_app:
+            await self._redeliver_failed()
+            return set()
+        return await self._poll_queued(config)
+
+    async def _redeliver_failed(self) -> None:
+        try:
+            failed = await self.github.failed_deliveries(utcnow() - REDELIVERY_WINDOW)
+        except GitHubError as exc:
+            GITHUB_ERRORS.labels(type(exc).__name__).inc()
+            self.log_once.warning("jobs:deliveries", f"cannot list webhook deliveries: {exc}")
+            return
+        for delivery in failed:
+            if delivery.guid in self._redelivered or delivery.event != "workflow_job":
+                continue
+            try:
+                await self.github.redeliver(delivery.id)
+            except GitHubError as exc:
+                self.log_once.warning("jobs:redeliver", f"cannot redeliver {delivery.guid}: {exc}")
+                continue
+            self._redelivered.add(delivery.guid)
+            JOBS_RECOVERED.labels("redelivery").inc()
+            logger.info("asked GitHub to redeliver failed webhook %s", delivery.guid)
+
+    async def _poll_queued(self, config: CorralConfig) -> set[str]:
+        repositories = {pool.scope.repo: pool.scope for pool in config.pools.values() if pool.scope.repo}
+        for repository in self.store.recent_repositories(since=utcnow() - timedelta(days=1)):
+            repositories.setdefault(repository, self.scope_for(config, None, repository))
+        changed: set[str] = set()
+        for repository, scope in sorted(repositories.items()):
+            if repository is None:
+                continue
+            try:
+                queued = await self.github.queued_jobs(scope, repository)
+            except GitHubError as exc:
+                self.log_once.warning(f"jobs:poll:{repository}", f"cannot list queued jobs of {repository}: {exc}")
+                continue
+            for job in queued:
+                if self.store.job(job.id) is not None:
+                    continue
+                pool = match_pool(job.labels, repository, config.pools, config.default_pool)
+                update = {
+                    "id": job.id,
+                    "repository": repository,
+                    "labels": job.labels,
+                    "status": JobState.QUEUED.value,
+                    "pool": pool,
+                    "run_id": job.run_id,
+                    "queued_at": job.created_at,
+                }
+                if self.store.record_job_event(delivery_id=None, event="poll", action="queued", job=update):
+                    JOBS_RECOVERED.labels("poll").inc()
+                    logger.info("found queued job %d of %s by polling (webhook missed)", job.id, repository)
+                    if pool:
+                        changed.add(pool)
+        return changed

@@ -1,0 +1,224 @@
+"""The world between the two far ends, driven only through the real clients and the control API.
+
+A server booted with a JIT config GitHub issued becomes a runner that takes a job, runs it, deregisters
+and shuts its server off: the loop corral depends on, end to end.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import httpx
+import openstack.connection
+import openstack.exceptions
+from githubkit import GitHub, TokenAuthStrategy
+
+from corral.sandbox.server import Sandbox
+from tests.waiting import wait_until
+from tests.webhook_receiver import WebhookReceiver
+
+ORG = "octo-org"
+REPO = f"{ORG}/app"
+
+
+def github(sandbox: Sandbox) -> GitHub[TokenAuthStrategy]:
+    return GitHub(TokenAuthStrategy(sandbox.info.pat), base_url=sandbox.info.github_url)
+
+
+def jit_runner(sandbox: Sandbox, name: str, labels: list[str]) -> tuple[int, str]:
+    """Ask GitHub for a JIT config the way corral does; returns (runner id, encoded config)."""
+    client = github(sandbox)
+    resp = client.rest.actions.generate_runner_jitconfig_for_org(
+        ORG, data={"name": name, "runner_group_id": 1, "labels": labels}
+    )
+    return resp.parsed_data.runner.id, resp.parsed_data.encoded_jit_config
+
+
+def boot(conn: openstack.connection.Connection, name: str, user_data: str) -> Any:
+    image = conn.image.find_image("ubuntu-24.04-runner")
+    flavor = conn.compute.find_flavor("m1.small")
+    network = conn.network.find_network("private")
+    return conn.compute.create_server(
+        name=name,
+        image_id=image.id,
+        flavor_id=flavor.id,
+        networks=[{"uuid": network.id}],
+        user_data=base64.b64encode(user_data.encode()).decode(),
+    )
+
+
+def server_status(conn: openstack.connection.Connection, server_id: str) -> str:
+    return str(conn.compute.get_server(server_id).status)
+
+
+def job(control: httpx.Client, job_id: int) -> dict[str, Any]:
+    response = control.get(f"/jobs/{job_id}")
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def workflow_job_actions(receiver: WebhookReceiver, job_id: int) -> list[str]:
+    actions = []
+    for delivery in receiver.snapshot():
+        if delivery.headers.get("X-GitHub-Event") != "workflow_job":
+            continue
+        payload = json.loads(delivery.body)
+        if payload["workflow_job"]["id"] == job_id:
+            actions.append(payload["action"])
+    return actions
+
+
+def test_a_jit_runner_takes_a_fitting_job_runs_it_and_its_server_shuts_off(
+    sandbox: Sandbox,
+    os_conn: openstack.connection.Connection,
+    control: httpx.Client,
+    webhook_receiver: WebhookReceiver,
+) -> None:
+    gh = github(sandbox)
+    submitted = control.post("/jobs", json={"repo": REPO, "labels": ["self-hosted", "small"], "duration": 0.2})
+    assert submitted.status_code == 201
+    job_id = submitted.json()["id"]
+    assert submitted.json()["status"] == "queued"
+
+    runner_id, jit = jit_runner(sandbox, "corral-small-1", ["small"])
+    script = f"#!/bin/sh\n./run.sh --jitconfig {jit}\nshutdown -h now\n"
+    server = boot(os_conn, "corral-small-1", script)
+
+    done = wait_until(lambda: job(control, job_id)["status"] == "completed" and job(control, job_id), what="job")
+    assert done["runner_id"] == runner_id
+    assert done["conclusion"] == "success"
+    assert done["queued_at"] <= done["started_at"] <= done["completed_at"]
+    wait_until(lambda: server_status(os_conn, server.id) == "SHUTOFF", what="server SHUTOFF")
+    runners = gh.rest.actions.list_self_hosted_runners_for_org(ORG).parsed_data
+    assert runner_id not in [runner.id for runner in runners.runners], "ephemeral runner must deregister"
+    wait_until(
+        lambda: workflow_job_actions(webhook_receiver, job_id) == ["queued", "in_progress", "completed"],
+        what="queued, in_progress, completed webhooks in order",
+    )
+
+
+def test_a_runner_does_not_take_a_job_whose_labels_it_lacks(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    gh = github(sandbox)
+    gpu_job = control.post("/jobs", json={"repo": REPO, "labels": ["self-hosted", "gpu"], "duration": 0}).json()
+    runner_id, jit = jit_runner(sandbox, "corral-small-2", ["small"])
+    boot(os_conn, "corral-small-2", f"#!/bin/sh\n./run.sh --jitconfig {jit}\n")
+
+    def online() -> bool:
+        runner = gh.rest.actions.get_self_hosted_runner_for_org(ORG, runner_id).parsed_data
+        return runner.status == "online"
+
+    wait_until(online, what="runner online")
+    assert job(control, gpu_job["id"])["status"] == "queued"
+    small_job = control.post("/jobs", json={"repo": REPO, "labels": ["SMALL"], "duration": 0}).json()
+    wait_until(lambda: job(control, small_job["id"])["runner_id"] == runner_id, what="label match ignores case")
+
+
+def test_user_data_without_a_jit_config_boots_but_no_runner_appears(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    gh = github(sandbox)
+    jit_runner(sandbox, "corral-small-3", ["small"])
+    server = boot(os_conn, "corral-small-3", "#!/bin/sh\necho hello\n")
+    wait_until(lambda: server_status(os_conn, server.id) == "ACTIVE", what="ACTIVE")
+    wait_until(lambda: control.get("/stats").json()["counters"].get("servers_without_runner") == 1, what="count")
+    runners = gh.rest.actions.list_self_hosted_runners_for_org(ORG).parsed_data.runners
+    assert [runner.status for runner in runners] == ["offline"]
+
+
+def test_a_jit_config_inside_base64_cloud_config_is_found(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection
+) -> None:
+    gh = github(sandbox)
+    runner_id, jit = jit_runner(sandbox, "corral-small-4", ["small"])
+    wrapped = base64.b64encode(f"JIT={jit}\n".encode()).decode()
+    boot(os_conn, "corral-small-4", f"#cloud-config\nwrite_files:\n- encoding: b64\n  content: {wrapped}\n")
+
+    def status() -> str:
+        return str(gh.rest.actions.get_self_hosted_runner_for_org(ORG, runner_id).parsed_data.status)
+
+    wait_until(lambda: status() == "online", what="runner online from a base64-wrapped config")
+
+
+def test_runners_that_never_register_leave_their_server_active(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    gh = github(sandbox)
+    control.put("/faults", json={"world": {"never_register_rate": 1.0}}).raise_for_status()
+    runner_id, jit = jit_runner(sandbox, "corral-small-5", ["small"])
+    server = boot(os_conn, "corral-small-5", f"./run.sh --jitconfig {jit}")
+    wait_until(lambda: server_status(os_conn, server.id) == "ACTIVE", what="ACTIVE")
+    wait_until(lambda: control.get("/stats").json()["counters"].get("runners_never_registered"), what="count")
+    runner = gh.rest.actions.get_self_hosted_runner_for_org(ORG, runner_id).parsed_data
+    assert runner.status == "offline"
+
+
+def test_boot_failures_put_servers_in_error_with_a_fault(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    control.put("/faults", json={"world": {"boot_failure_rate": 1.0}}).raise_for_status()
+    server = boot(os_conn, "corral-small-6", "#!/bin/sh\n")
+    wait_until(lambda: server_status(os_conn, server.id) == "ERROR", what="ERROR")
+    fault = os_conn.compute.get_server(server.id).fault
+    assert fault and fault["code"] >= 400 and fault["message"]
+
+
+def test_deleting_a_busy_runners_server_fails_its_job(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    gh = github(sandbox)
+    job_id = control.post("/jobs", json={"repo": REPO, "labels": ["small"], "duration": 600}).json()["id"]
+    runner_id, jit = jit_runner(sandbox, "corral-small-7", ["small"])
+    server = boot(os_conn, "corral-small-7", f"./run.sh --jitconfig {jit}")
+    wait_until(lambda: job(control, job_id)["status"] == "in_progress", what="job in progress")
+    os_conn.compute.delete_server(server.id)
+    finished = wait_until(
+        lambda: job(control, job_id)["status"] == "completed" and job(control, job_id), what="job ends"
+    )
+    assert finished["conclusion"] == "failure"
+    runner = gh.rest.actions.get_self_hosted_runner_for_org(ORG, runner_id).parsed_data
+    assert runner.status == "offline"
+
+
+def test_a_trace_queues_its_jobs_at_their_arrival_times(sandbox: Sandbox, control: httpx.Client) -> None:
+    trace = {"jobs": [{"at": 0.0, "repo": REPO, "labels": ["a"]}, {"at": 0.3, "repo": REPO, "labels": ["b"]}]}
+    assert control.post("/trace", json=trace).json() == {"scheduled": 2, "last_arrival_s": 0.3}
+    jobs = wait_until(lambda: len(control.get("/jobs").json()) == 2 and control.get("/jobs").json(), what="jobs")
+    first, second = sorted(jobs, key=lambda j: j["queued_at"])
+    assert [first["labels"], second["labels"]] == [["a"], ["b"]]
+    assert control.get("/jobs", params={"status": "queued"}).json() == jobs
+
+
+def test_reset_forgets_jobs_faults_and_counters(sandbox: Sandbox, control: httpx.Client) -> None:
+    control.post("/jobs", json={"repo": REPO, "labels": ["x"]}).raise_for_status()
+    control.put("/faults", json={"world": {"boot_failure_rate": 0.5}}).raise_for_status()
+    assert control.post("/reset").status_code == 204
+    assert control.get("/jobs").json() == []
+    assert control.get("/faults").json()["world"]["boot_failure_rate"] == 0.0
+    assert control.get("/stats").json()["api_calls"]["github"] == {}
+
+
+def test_bad_fault_specs_are_refused_with_the_field_named(sandbox: Sandbox, control: httpx.Client) -> None:
+    response = control.put("/faults", json={"world": {"boot_failure_rate": 3}})
+    assert response.status_code == 400
+    assert "boot_failure_rate" in response.json()["message"]
+
+
+def test_injected_endpoint_errors_reach_the_client_and_are_counted(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    spec = {"endpoints": [{"match": "openstack GET /compute/v2.1/flavors*", "error_rate": 1.0, "status": 503}]}
+    control.put("/faults", json=spec).raise_for_status()
+    try:
+        list(os_conn.compute.flavors())
+    except openstack.exceptions.HttpException as exc:
+        assert exc.status_code == 503
+    else:
+        raise AssertionError("the injected 503 did not reach openstacksdk")
+    stats = control.get("/stats").json()
+    assert stats["counters"]["openstack_injected_errors"] >= 1
+    assert any(key.startswith("GET /compute/v2.1/flavors") for key in stats["api_calls"]["openstack"])
