@@ -14,8 +14,8 @@ import httpx
 import pytest
 import yaml
 
+from corral.local import corral_config, pool_spec
 from corral.sandbox.server import Sandbox
-from tests.corral_harness import corral_config, pool_spec
 from tests.waiting import wait_until
 
 
@@ -93,7 +93,7 @@ def leftovers(control: httpx.Client) -> dict[str, int]:
     return {
         "servers": stats["cloud"]["servers"],
         "volumes": stats["cloud"]["volumes"],
-        "registrations": stats["github"]["runners_current"],
+        "registrations": stats["github"]["runners"]["registered"],
     }
 
 
@@ -112,7 +112,7 @@ def test_kill_9_then_restart_leaks_nothing(
     if moment == "deletion":
         first = corral_process(document)
         first.start()
-        wait_until(lambda: control.get("/stats").json()["github"]["runners_online"] == 3, what="three warm runners")
+        wait_until(lambda: control.get("/stats").json()["github"]["runners"]["online"] == 3, what="three warm runners")
         first.stop()
         document["pools"]["small"]["min_idle"] = 0
     control.put("/faults", json={"endpoints": [{"match": slow, "latency_ms": 1500}]}).raise_for_status()
@@ -127,6 +127,9 @@ def test_kill_9_then_restart_leaks_nothing(
     wait_until(in_flight, what=f"{moment} requests in flight")
     victim.kill()
     control.put("/faults", json={}).raise_for_status()
+    if moment == "creation":
+        created = lambda: control.get("/stats").json()["cloud"]["servers_created"] >= 2  # noqa: E731
+        wait_until(created, what="servers requested by the killed process exist anyway")
 
     document["pools"]["small"]["min_idle"] = 0
     (tmp_path / "corral.yaml").write_text(yaml.safe_dump(document))

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from githubkit import GitHub, TokenAuthStrategy
 
+from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.sandbox.server import Sandbox
-from tests.corral_harness import RunningCorral, corral_config, pool_spec, sandbox_connection
 from tests.waiting import wait_until
 
 ORG = "octo-org"
@@ -25,10 +25,10 @@ def database_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
-    started: list[RunningCorral] = []
+    started: list[LocalCorral] = []
 
-    def start(document: dict[str, Any]) -> RunningCorral:
-        corral = RunningCorral(sandbox, tmp_path / "corral.yaml", document).start()
+    def start(document: dict[str, Any]) -> LocalCorral:
+        corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
         started.append(corral)
         return corral
 
@@ -63,7 +63,7 @@ def online_per_pool(sandbox: Sandbox) -> dict[str, int]:
     return counts
 
 
-def converge(corral: RunningCorral, check: Any, what: str, timeout: float = 20.0) -> Any:
+def converge(corral: LocalCorral, check: Any, what: str, timeout: float = 20.0) -> Any:
     """Run passes until `check()` holds (each pass is synchronous, so this waits on state, not time)."""
 
     def probe() -> Any:
@@ -73,7 +73,7 @@ def converge(corral: RunningCorral, check: Any, what: str, timeout: float = 20.0
     return wait_until(probe, timeout=timeout, what=what)
 
 
-def pools_view(corral: RunningCorral) -> dict[str, dict[str, Any]]:
+def pools_view(corral: LocalCorral) -> dict[str, dict[str, Any]]:
     with corral.api() as api:
         return {pool["name"]: pool for pool in api.get("/api/v1/pools").json()}
 
@@ -83,7 +83,7 @@ def test_warm_runners_come_up_and_grow_and_shrink(sandbox: Sandbox, start_corral
     corral = start_corral(document)
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "two warm runners online")
     assert cloud_servers(sandbox) == {"small": ["ACTIVE", "ACTIVE"]}
-    view = pools_view(corral)["small"]
+    view = converge(corral, lambda: pools_view(corral)["small"]["idle"] == 2 and pools_view(corral)["small"], "idle")
     assert (view["idle"], view["desired"], view["ready"], view["default"]) == (2, 2, True, True)
 
     document["pools"]["small"]["min_idle"] = 4
@@ -115,30 +115,56 @@ def test_queued_jobs_get_one_runner_each_and_everything_is_cleaned_up(
     assert stats["servers_created"] == 3, "one runner per job, no more"
 
 
-def test_adding_removing_and_switching_the_default_pool(
+def job_status(control: httpx.Client, job_id: int) -> dict[str, Any]:
+    body: dict[str, Any] = control.get(f"/jobs/{job_id}").json()
+    return body
+
+
+def test_adding_and_removing_pools(
     sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
 ) -> None:
-    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"], min_idle=1)})
+    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"], min_idle=2)})
     corral = start_corral(document)
-    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "small warm")
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "small warm")
 
     document["pools"]["big"] = pool_spec(["big"], min_idle=2, flavor="m1.large")
-    document["default_pool"] = "small"
-    assert corral.reload(document) == []
-    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1, "big": 2}, "big pool added")
-
     document["default_pool"] = "big"
-    document["pools"]["small"]["min_idle"] = 0
     assert corral.reload(document) == []
-    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted"], "duration": 0}).json()
-    taken = converge(corral, lambda: control.get(f"/jobs/{job['id']}").json()["runner_name"], "generic job taken")
-    assert taken.split("-")[1] == "big", "generic jobs follow the default pool"
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 2, "big": 2}, "big pool added")
 
+    busy = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 3}).json()
+    converge(corral, lambda: job_status(control, busy["id"])["status"] == "in_progress", "small runner busy")
     del document["pools"]["small"]
     assert corral.reload(document) == []
-    converge(corral, lambda: "small" not in cloud_servers(sandbox), "removed pool's servers deleted")
-    assert "small" not in online_per_pool(sandbox)
+    converge(corral, lambda: cloud_servers(sandbox).get("small") == ["ACTIVE"], "idle runners of the removed pool go")
+    assert job_status(control, busy["id"])["status"] == "in_progress", "the busy one is left to finish its job"
+    converge(corral, lambda: "small" not in cloud_servers(sandbox), "and goes once its job is done")
+    assert job_status(control, busy["id"])["conclusion"] == "success"
     converge(corral, lambda: "small" not in pools_view(corral), "removed pool drained from the view")
+    assert online_per_pool(sandbox) == {"big": 2}
+
+
+def test_switching_the_default_pool_moves_generic_demand(
+    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+) -> None:
+    pools = {"small": pool_spec(["small"]), "big": pool_spec(["big"], flavor="m1.large")}
+    document = corral_config(sandbox, database_url, pools, default_pool="small")
+    corral = start_corral(document)
+
+    def generic_job_pool() -> str:
+        job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted"], "duration": 0}).json()
+        done = converge(corral, lambda: job_status(control, job["id"])["status"] == "completed", "generic job done")
+        assert done
+        runner_name = job_status(control, job["id"])["runner_name"]
+        with corral.api() as api:
+            runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
+        return next(runner["pool"] for runner in runners if runner["name"] == runner_name)
+
+    assert generic_job_pool() == "small"
+    document["default_pool"] = "big"
+    assert corral.reload(document) == []
+    assert generic_job_pool() == "big"
+    assert pools_view(corral)["big"]["default"] is True
 
 
 def test_an_invalid_reload_keeps_the_running_generation(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:

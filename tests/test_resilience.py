@@ -9,21 +9,21 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
-from tests.corral_harness import RunningCorral, corral_config, pool_spec
 from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
 from tests.waiting import wait_until
 
 
 @pytest.fixture
 def corral_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
-    started: list[RunningCorral] = []
+    started: list[LocalCorral] = []
 
-    def start(**pool: Any) -> RunningCorral:
+    def start(**pool: Any) -> LocalCorral:
         document = corral_config(
             sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], **pool)}
         )
-        corral = RunningCorral(sandbox, tmp_path / "corral.yaml", document).start()
+        corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
         started.append(corral)
         return corral
 
@@ -32,13 +32,13 @@ def corral_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
         corral.stop()
 
 
-def runner_failures(corral: RunningCorral) -> list[str]:
+def runner_failures(corral: LocalCorral) -> list[str]:
     with corral.api() as api:
         runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
     return [runner["failure_reason"] or "" for runner in runners]
 
 
-def events_of_failed(corral: RunningCorral) -> list[str]:
+def events_of_failed(corral: LocalCorral) -> list[str]:
     with corral.api() as api:
         runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
         reasons = []

@@ -206,7 +206,8 @@ class GitHubClient:
                 response_model=OrgsOrgActionsRunnerGroupsGetResponse200,
             )
             for group in response.parsed_data.runner_groups:
-                self._group_ids[(key[0], group.name.lower())] = group.id
+                # GitHub's OpenAPI types runner group ids as "number"; the JIT endpoint wants an integer.
+                self._group_ids[(key[0], group.name.lower())] = int(group.id)
             if key not in self._group_ids:
                 raise GitHubError(f"runner group {name!r} does not exist at {scope_path(scope)}; create it")
         return self._group_ids[key]

@@ -60,9 +60,13 @@ class SandboxInfo:
         return asdict(self)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket bound before the server starts, so its URL is known up front (port 0: any free)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit this: without it Nagle's algorithm meets delayed ACKs on loopback and
+    # every small response waits ~40 ms.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(1024)
     sock.setblocking(False)
@@ -86,8 +90,8 @@ class Sandbox:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="corral-sandbox-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._openstack_socket = _bind(host, openstack_port)
-        self._github_socket = _bind(host, github_port)
+        self._openstack_socket = bind_socket(host, openstack_port)
+        self._github_socket = bind_socket(host, github_port)
         openstack_url = "http://{}:{}".format(*self._openstack_socket.getsockname()[:2])
         github_url = "http://{}:{}".format(*self._github_socket.getsockname()[:2])
         self.world = World(

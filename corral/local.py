@@ -1,7 +1,8 @@
-"""Run a real corral (engine + API over HTTP) against the sandbox, from a config file, in the background.
+"""corral and the sandbox on one machine: what the demo, the benchmarks and the tests run.
 
-The same Service that `corral serve` builds, on its own event loop in a thread, with its API served by
-uvicorn on a free loopback port so the sandbox's webhooks reach it over HTTP.
+`LocalCorral` is the same Service that `corral serve` builds, from a config file, on its own event loop
+in a background thread, with its API served by uvicorn on a free loopback port so that the sandbox's
+webhooks reach it over HTTP. Nothing is faked on corral's side: only the far ends are the sandbox.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -24,7 +24,7 @@ import yaml
 
 from corral.api.app import build_app
 from corral.cloud.openstack import OpenStackProvider
-from corral.sandbox.server import Sandbox
+from corral.sandbox.server import Sandbox, bind_socket
 from corral.service import Service
 
 T = TypeVar("T")
@@ -66,7 +66,7 @@ def pool_spec(labels: list[str], **overrides: Any) -> dict[str, Any]:
     return spec
 
 
-class RunningCorral:
+class LocalCorral:
     """corral serving on loopback; `call` runs a coroutine on its loop and returns the result."""
 
     def __init__(self, sandbox: Sandbox, config_path: Path, document: dict[str, Any]) -> None:
@@ -76,9 +76,7 @@ class RunningCorral:
         self.service = Service.from_file(
             config_path, cloud=OpenStackProvider(sandbox_connection(sandbox), document.get("installation", "corral"))
         )
-        self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen(128)
+        self._socket = bind_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         self._server = uvicorn.Server(
             uvicorn.Config(build_app(self.service), log_level="warning", lifespan="off", access_log=False)
@@ -99,7 +97,7 @@ class RunningCorral:
 
         asyncio.run(main())
 
-    def start(self) -> RunningCorral:
+    def start(self) -> LocalCorral:
         self._thread.start()
         deadline = time.monotonic() + 20
         while not self._server.started:
