@@ -53,6 +53,9 @@ def instrumented_router(
                 world.stats.api_call(side, key)
                 decision = world.faults.decide(side, *key.split(" ", 1))
                 if decision.latency_s:
+                    # The request is received in full before the server dawdles, as with a slow real
+                    # service: a client that gives up (or dies) meanwhile does not undo its request.
+                    await request.body()
                     await asyncio.sleep(decision.latency_s)
                 if decision.error_status is not None:
                     world.stats.incr(f"{side}_injected_errors")
