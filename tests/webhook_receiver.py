@@ -37,7 +37,7 @@ class WebhookReceiver:
                 """Silence the per-request access log."""
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:{}/webhook".format(self._server.server_address[1])
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/webhook"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> WebhookReceiver:

@@ -8,7 +8,7 @@ with an error body shaped the way that side's real service shapes it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
@@ -43,7 +43,7 @@ def instrumented_router(
     """An APIRouter whose routes count calls and apply endpoint faults for `side`."""
 
     class InstrumentedRoute(APIRoute):
-        def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             handler = super().get_route_handler()
             methods = sorted(self.methods or {"GET"})
             path_format = self.path_format

@@ -1,39 +1,200 @@
-"""STUB (to be replaced): GitHub's state. See the interface in the docstrings."""
+"""GitHub's state: the facade the world, the control API and the REST routes use.
+
+Interface the world and the control API rely on:
+- `runner_for_user_data(user_data) -> runner id | None`: the runner whose unused JIT config the user data
+  carries (verbatim, inside base64 blobs, gzip-compressed, or nested).
+- `connect_runner(runner_id)`: the runner comes online and takes a queued job it fits.
+- `disconnect_runner(runner_id)`: its machine is gone: offline; a job it was running fails.
+- calls `world.runner_exited(runner_id)` when an ephemeral runner finished its job and deregistered.
+- `submit_job(repo, labels, duration, workflow_name=None) -> dict`, `job_view(job_id) -> dict | None`,
+  `jobs_view()`, `cancel_job(job_id) -> dict | None`: the control API's job shape.
+- `webhook_url` (settable; setting a new URL sends a `ping`, as creating a hook does),
+  `deliveries_view()`, `set_rate_limit(remaining, reset_in)`, `snapshot()`, `reset()`, `close()`.
+"""
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import TYPE_CHECKING, Any
+
+from corral.sandbox.github import jitconfig, payloads
+from corral.sandbox.github.auth import Principal, looks_like_jwt, verify_app_jwt
+from corral.sandbox.github.clock import utcnow
+from corral.sandbox.github.directory import Directory
+from corral.sandbox.github.errors import bad_credentials
+from corral.sandbox.github.model import Installation, Job
+from corral.sandbox.github.payloads import AppIdentity, Urls
+from corral.sandbox.github.ratelimit import RateLimits
+from corral.sandbox.github.scheduler import Scheduler
+from corral.sandbox.github.webhooks import WebhookDispatcher
 
 if TYPE_CHECKING:
     from corral.sandbox.world import World
 
+INSTALLATION_TOKEN_TTL_S = 3600
+HOOK_ID = 480_000_001
+
 
 class GitHubState:
-    """Organisations, repositories, installations, tokens, runners, jobs and webhook deliveries.
-
-    Interface the world and the control API rely on:
-    - `runner_for_user_data(user_data) -> runner id | None`: the runner whose unused JIT config the
-      user data carries (verbatim, or inside a base64 blob).
-    - `connect_runner(runner_id)`: the runner comes online and takes a queued job it fits.
-    - `disconnect_runner(runner_id)`: its machine is gone: offline; a job it was running fails.
-    - calls `world.runner_exited(runner_id)` when an ephemeral runner finished its job and deregistered.
-    - `submit_job(repo, labels, duration, workflow_name=None) -> dict`, `job_view(job_id) -> dict | None`,
-      `cancel_job(job_id) -> dict | None`: the control API's job shape.
-    - `webhook_url` (settable), `snapshot()` for `/_sandbox/stats`.
-    """
+    """Organisations, repositories, installations, tokens, runners, jobs and webhook deliveries."""
 
     def __init__(self, world: World, webhook_url: str | None = None) -> None:
         self.world = world
-        self.webhook_url = webhook_url
+        self._initial_webhook_url = webhook_url
+        self.client_id = "Iv23li" + secrets.token_hex(7)
+        self._public_key = world.credentials.app_private_key.public_key()
+        self.rate_limits = RateLimits()
+        self.webhooks = WebhookDispatcher(world, HOOK_ID)
+        self._build()
+        self.webhooks.url = webhook_url
+
+    def _build(self) -> None:
+        self.directory = Directory()
+        self.scheduler = Scheduler(self.world, self._job_event)
+        self.tokens: dict[str, tuple[Installation, float, dict[str, str]]] = {}
+        self.tokens_issued = 0
+
+    def reset(self) -> None:
+        """Drop runners, jobs, deliveries and issued tokens; restore rate limits and the webhook URL."""
+        self._build()
+        self.rate_limits.reset()
+        self.webhooks.reset()
+        self.webhooks.url = self._initial_webhook_url
+
+    async def close(self) -> None:
+        await self.webhooks.close()
+
+    # -- identity ----------------------------------------------------------------------------
+
+    @property
+    def app_identity(self) -> AppIdentity:
+        credentials = self.world.credentials
+        return AppIdentity(
+            id=credentials.github_app_id,
+            slug=credentials.github_app_slug,
+            client_id=self.client_id,
+            owner=self.directory.pat_owner,
+        )
+
+    @property
+    def urls(self) -> Urls:
+        """URLs for webhook payloads: the github.com shape at the sandbox's address."""
+        return Urls(api=self.world.github_url, html=self.world.github_url)
+
+    def authenticate(self, token: str) -> Principal:
+        """The principal `token` stands for, or GitHub's 401."""
+        if secrets.compare_digest(token, self.world.credentials.github_pat):
+            return Principal("pat")
+        if token.startswith("ghs_"):
+            issued = self.tokens.get(token)
+            if issued is None or issued[1] <= time.time():
+                raise bad_credentials()
+            return Principal("installation", issued[0])
+        if looks_like_jwt(token):
+            verify_app_jwt(token, self._public_key, self.world.credentials.github_app_id, self.client_id)
+            return Principal("app")
+        raise bad_credentials()
+
+    def issue_token(self, installation: Installation, permissions: dict[str, str]) -> tuple[str, float]:
+        token = "ghs_" + secrets.token_urlsafe(27).replace("-", "A").replace("_", "b")[:36]
+        expires_at = time.time() + INSTALLATION_TOKEN_TTL_S
+        self.tokens[token] = (installation, expires_at, permissions)
+        self.tokens_issued += 1
+        return token, expires_at
+
+    def set_rate_limit(self, remaining: int, reset_in: int) -> None:
+        """Give every credential `remaining` requests until `reset_in` seconds from now."""
+        self.rate_limits.force(remaining, reset_in)
+
+    # -- the world's bridge ------------------------------------------------------------------
 
     def runner_for_user_data(self, user_data: bytes) -> int | None:
-        raise NotImplementedError
+        return self.scheduler.consume(list(jitconfig.find_secrets(user_data)))
 
     def connect_runner(self, runner_id: int) -> None:
-        raise NotImplementedError
+        self.scheduler.connect(runner_id)
 
     def disconnect_runner(self, runner_id: int) -> None:
-        raise NotImplementedError
+        self.scheduler.disconnect(runner_id)
+
+    # -- jobs (control API) ------------------------------------------------------------------
+
+    def submit_job(
+        self, repo: str, labels: list[str], duration: float, workflow_name: str | None = None
+    ) -> dict[str, Any]:
+        owner, _, name = repo.partition("/")
+        if not owner or not name:
+            raise ValueError(f"repo must be 'owner/name', got {repo!r}")
+        job = self.scheduler.submit(self.directory.repo(owner, name), labels, duration, workflow_name)
+        return self.scheduler.job_view(job)
+
+    def job_view(self, job_id: int) -> dict[str, Any] | None:
+        job = self.scheduler.jobs.get(job_id)
+        return self.scheduler.job_view(job) if job is not None else None
+
+    def jobs_view(self) -> list[dict[str, Any]]:
+        return [self.scheduler.job_view(job) for job in self.scheduler.jobs.values()]
+
+    def cancel_job(self, job_id: int) -> dict[str, Any] | None:
+        job = self.scheduler.jobs.get(job_id)
+        if job is None:
+            return None
+        self.scheduler.cancel(job)
+        return self.scheduler.job_view(job)
+
+    # -- webhooks ----------------------------------------------------------------------------
+
+    @property
+    def webhook_url(self) -> str | None:
+        return self.webhooks.url
+
+    @webhook_url.setter
+    def webhook_url(self, url: str | None) -> None:
+        changed = url != self.webhooks.url
+        self.webhooks.url = url
+        if url is not None and changed:
+            self.webhooks.emit(
+                "ping",
+                payloads.ping(HOOK_ID, self.app_identity, url, utcnow(), self.urls),
+                ordering_key=HOOK_ID,
+                installation_id=None,
+                repository_id=None,
+            )
+
+    def _job_event(self, job: Job, action: str) -> None:
+        urls = self.urls
+        owner = job.repo.owner
+        installation = self.directory.installation_of(owner)
+        payload: dict[str, Any] = {
+            "action": action,
+            "workflow_job": payloads.workflow_job(job, urls),
+            "repository": payloads.repository(job.repo, urls),
+            "sender": payloads.user(self.directory.pat_owner, urls),
+        }
+        if owner.type == "Organization":
+            payload["organization"] = payloads.organization(owner, urls)
+        if installation is not None:
+            payload["installation"] = payloads.installation_lite(installation)
+        self.webhooks.emit(
+            "workflow_job",
+            payload,
+            ordering_key=job.id,
+            installation_id=installation.id if installation else None,
+            repository_id=job.repo.id,
+        )
+
+    def deliveries_view(self) -> list[dict[str, Any]]:
+        """The delivery log, oldest first, for the control API."""
+        return [{**delivery.item(), "url": delivery.url} for delivery in reversed(self.webhooks.newest_first())]
+
+    # -- stats -------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        return {}
+        return {
+            **self.scheduler.snapshot(),
+            "webhooks": self.webhooks.snapshot(),
+            "installation_tokens_issued": self.tokens_issued,
+            "accounts": len(self.directory.accounts),
+            "repositories": len(self.directory.repos),
+        }

@@ -1,0 +1,1 @@
+"""The REST endpoints, one module per area; each exposes `register(router, state)`."""
