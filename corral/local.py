@@ -81,6 +81,7 @@ class LocalCorral:
         self._server = uvicorn.Server(
             uvicorn.Config(build_app(self.service), log_level="warning", lifespan="off", access_log=False)
         )
+        _, self.token = self.service.store.create_token("local", "admin")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="corral-under-test")
 
@@ -127,7 +128,8 @@ class LocalCorral:
         return self.call(self.service.reload)
 
     def api(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=10)
+        """An HTTP client for corral's API, authenticated with an admin token made for this run."""
+        return httpx.Client(base_url=self.url, timeout=10, headers={"Authorization": f"Bearer {self.token}"})
 
     def stop(self) -> None:
         self._server.should_exit = True

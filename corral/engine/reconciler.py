@@ -89,6 +89,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._create_slots = asyncio.Semaphore(config.cloud.max_concurrent_creates)
         self.jobs = JobTracker(store, github, self.log_once, clock)
+        self.drained = {name for name, status in store.pool_statuses().items() if status.drained}
         self.passes = 0
 
     # -- configuration ----------------------------------------------------------------------------
@@ -300,6 +301,8 @@ class Engine:
 
     def pool_ready(self, pool_name: str) -> tuple[bool, str | None]:
         """The pool's ready condition: the worst of its parts, with the reason."""
+        if pool_name in self.drained:
+            return False, "drained by an operator"
         problems = self.pool_problems.get(pool_name)
         if problems is None:
             return False, "not checked against the cloud yet"
@@ -312,12 +315,42 @@ class Engine:
             return False, f"GitHub calls paused for {self.github_backoff.remaining_s:.0f}s (rate limited)"
         return True, None
 
+    def set_drained(self, pool_name: str, drained: bool) -> None:
+        """Drain: no new runners and idle ones retired (busy ones finish); undrain to resume."""
+        self.store.set_drained(pool_name, drained)
+        (self.drained.add if drained else self.drained.discard)(pool_name)
+        if pool_name in self.config.pools:
+            self.scale(pool_name)
+
+    async def delete_runner(self, runner_id: str) -> str:
+        """An operator's delete: 'deleting', 'busy' (refused: it runs a job), 'gone' or 'missing'."""
+        row = self.store.runner(runner_id)
+        if row is None:
+            return "missing"
+        state = RunnerState(row.state)
+        if state is RunnerState.BUSY:
+            return "busy"
+        if state in (RunnerState.DELETING, RunnerState.DELETED):
+            return "gone"
+        if row.id in self._in_flight:
+            return "busy"
+        if state in (RunnerState.PENDING, RunnerState.CREATING):
+            self._move(row, RunnerState.FAILED, "deleted by an operator while starting")
+            self.wake()
+            return "deleting"
+        await self._retire(row, "deleted by an operator")
+        after = self.store.runner(runner_id)
+        return "deleting" if after is not None and after.state == RunnerState.DELETING.value else "busy"
+
     def scale(self, pool_name: str) -> None:
         pool = self.config.pools[pool_name]
         ready, _ = self.pool_ready(pool_name)
         demand = self.demand(pool_name)
         counts = self.pool_counts(pool_name, demand)
-        plan = plan_scale(counts, min_idle=pool.min_idle, max_runners=pool.max_runners)
+        if pool_name in self.drained:
+            plan = plan_scale(PoolCounts(idle=counts.idle, busy=counts.busy), min_idle=0, max_runners=0)
+        else:
+            plan = plan_scale(counts, min_idle=pool.min_idle, max_runners=pool.max_runners)
         if ready and plan.create:
             free = counts.starting + counts.idle
             reason = f"scale up: {counts.queued_jobs} queued, {free} free, min_idle {pool.min_idle}"

@@ -121,4 +121,21 @@ class PoolStatus(Base):
     ready: Mapped[bool] = mapped_column(default=False)
     reason: Mapped[str | None] = mapped_column(Text)
     removed: Mapped[bool] = mapped_column(default=False)
+    drained: Mapped[bool] = mapped_column(default=False)
+    """Set by an operator: no new runners, idle ones retired, until undrained."""
     updated_at: Mapped[datetime]
+
+
+class ApiToken(Base):
+    """A bearer token for the REST API. Only a hash is kept; the token itself is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    scope: Mapped[str] = mapped_column(String(16))
+    """`read`, `admin` (read and act) or `metrics` (only /metrics)."""
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[datetime]
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]

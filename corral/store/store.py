@@ -6,6 +6,7 @@ Every runner transition is checked against the state machine, guarded by the sta
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.model import JobState, RunnerState
-from corral.store.schema import Delivery, Job, PoolStatus, Runner, RunnerEvent
+from corral.store.schema import ApiToken, Delivery, Job, PoolStatus, Runner, RunnerEvent
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -32,6 +33,11 @@ class StaleRunner(Exception):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def hash_token(text: str) -> str:
+    """Tokens are 256 random bits, so a plain SHA-256 is the right hash: fast to check, useless to invert."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def new_runner_id() -> str:
@@ -259,6 +265,41 @@ class Store:
         with self.session() as session:
             return list(session.scalars(query))
 
+    # -- API tokens -------------------------------------------------------------------------------
+
+    def create_token(self, name: str, scope: str) -> tuple[ApiToken, str]:
+        """A new token; returns the row and the token text, which is never stored and never shown again."""
+        token_id = secrets.token_hex(4)
+        text = f"corral_{token_id}_{secrets.token_urlsafe(32)}"
+        token = ApiToken(id=token_id, name=name, scope=scope, token_hash=hash_token(text), created_at=utcnow())
+        with self.session() as session:
+            session.add(token)
+        return token, text
+
+    def tokens(self) -> list[ApiToken]:
+        with self.session() as session:
+            return list(session.scalars(select(ApiToken).order_by(ApiToken.created_at)))
+
+    def revoke_token(self, token_id: str) -> bool:
+        with self.session() as session:
+            result = session.execute(
+                update(ApiToken)
+                .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def authenticate(self, text: str) -> ApiToken | None:
+        """The live token with this text, if any; `last_used_at` is refreshed at most once a minute."""
+        now = utcnow()
+        with self.session() as session:
+            token = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(text)))
+            if token is None or token.revoked_at is not None:
+                return None
+            if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+                token.last_used_at = now
+            return token
+
     # -- pools ------------------------------------------------------------------------------------
 
     def set_pool_status(
@@ -273,6 +314,15 @@ class Store:
             status.ready = ready
             status.reason = reason
             status.removed = removed
+            status.updated_at = utcnow()
+
+    def set_drained(self, name: str, drained: bool) -> None:
+        with self.session() as session:
+            status = session.get(PoolStatus, name)
+            if status is None:
+                status = PoolStatus(name=name, applied_generation=0, ready=False, removed=False)
+                session.add(status)
+            status.drained = drained
             status.updated_at = utcnow()
 
     def pool_statuses(self) -> dict[str, PoolStatus]:

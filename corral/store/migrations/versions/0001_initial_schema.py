@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: (none)
-Create Date: 2026-11-30 22:00:20.580046
+Create Date: 2026-11-30
 """
 
 from __future__ import annotations
