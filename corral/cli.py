@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from corral import __version__
+from corral.commands import client, tokens
 
 
 def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -156,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sandbox_parser(subcommands)
     _add_config_parser(subcommands)
     _add_migrate_parser(subcommands)
+    tokens.add_parser(subcommands)
+    client.add_parsers(subcommands)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 import yaml
 
 from corral.cli import main
+from corral.local import LocalCorral, corral_config, pool_spec
+from corral.sandbox.server import Sandbox
+from tests.waiting import wait_until
 
 
 def write(path: Path, document: object) -> Path:
@@ -42,3 +46,42 @@ def test_migrate_creates_the_schema(tmp_path: Path) -> None:
     assert main(["migrate", "--database-url", f"sqlite:///{database}"]) == 0
     tables = {row[0] for row in sqlite3.connect(database).execute("select name from sqlite_master")}
     assert {"runners", "runner_events", "jobs", "deliveries", "pool_status"} <= tables
+
+
+def test_tokens_are_shown_once_listed_without_values_and_revocable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--database-url", f"sqlite:///{tmp_path / 'corral.db'}"]
+    assert main(["token", *url, "create", "--name", "grafana", "--scope", "metrics"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert token.startswith("corral_")
+    assert main(["token", *url, "list", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["name"], listed["scope"], listed["revoked_at"]) == ("grafana", "metrics", None)
+    assert token not in json.dumps(listed)
+    assert main(["token", *url, "revoke", listed["id"]]) == 0
+    assert main(["token", *url, "revoke", listed["id"]]) == 1
+
+
+def test_client_commands_talk_to_a_running_corral(
+    sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = corral_config(
+        sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], min_idle=1)}
+    )
+    corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
+    try:
+        remote = ["--url", corral.url, "--token", corral.token]
+        wait_until(lambda: corral.reconcile() or corral.service.pool_views()[0].idle == 1, what="one idle runner")
+        assert main(["pools", *remote]) == 0
+        table = capsys.readouterr().out.splitlines()
+        assert table[0].split()[:3] == ["NAME", "DEFAULT", "READY"]
+        assert table[1].split()[:4] == ["small", "True", "True", "1"]
+        assert main(["runners", *remote, "--json", "--state", "idle"]) == 0
+        assert [runner["pool"] for runner in json.loads(capsys.readouterr().out)] == ["small"]
+        assert main(["drain", "small", *remote, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["reason"] == "drained by an operator"
+        with pytest.raises(SystemExit, match="wants a token"):
+            main(["pools", "--url", corral.url])
+    finally:
+        corral.stop()

@@ -1,0 +1,104 @@
+"""Commands that talk to a running corral through its API: pools, runners, jobs, drain, reconcile.
+
+URL and token come from `--url`/`--token` or `CORRAL_URL`/`CORRAL_TOKEN`; output is a table, or JSON
+with `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import httpx
+
+from corral.commands.output import emit
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+POOL_COLUMNS = ["name", "default", "ready", "desired", "queued_jobs", "starting", "idle", "busy", "failed", "reason"]
+RUNNER_COLUMNS = ["id", "name", "pool", "state", "server_id", "github_runner_id", "state_changed_at", "failure_reason"]
+JOB_COLUMNS = ["id", "repository", "status", "pool", "labels", "runner_name", "queued_at", "started_at"]
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("CORRAL_URL", DEFAULT_URL), help="corral API (CORRAL_URL)")
+    parser.add_argument("--token", default=os.environ.get("CORRAL_TOKEN"), help="API token (CORRAL_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def add_parsers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    pools = subcommands.add_parser("pools", help="pools with their state (API)")
+    _common(pools)
+    pools.set_defaults(handler=_pools)
+
+    runners = subcommands.add_parser("runners", help="runners, by pool and state (API)")
+    _common(runners)
+    runners.add_argument("--pool")
+    runners.add_argument("--state", action="append", help="repeat for several states")
+    runners.set_defaults(handler=_runners)
+
+    jobs = subcommands.add_parser("jobs", help="recent jobs (API)")
+    _common(jobs)
+    jobs.add_argument("--status", choices=["queued", "in_progress", "completed"])
+    jobs.set_defaults(handler=_jobs)
+
+    drain = subcommands.add_parser("drain", help="stop starting runners in a pool and retire its idle ones (API)")
+    _common(drain)
+    drain.add_argument("pool")
+    drain.add_argument("--undo", action="store_true", help="undrain: resume the pool")
+    drain.set_defaults(handler=_drain)
+
+    reconcile = subcommands.add_parser("reconcile", help="ask for a reconcile pass now (API)")
+    _common(reconcile)
+    reconcile.set_defaults(handler=_reconcile)
+
+
+def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        response = httpx.request(method, f"{args.url.rstrip('/')}{path}", headers=headers, timeout=15, **kwargs)
+    except httpx.TransportError as exc:
+        raise SystemExit(f"corral: cannot reach {args.url}: {type(exc).__name__}") from None
+    if response.status_code == 401:
+        raise SystemExit("corral: the API wants a token: --token or CORRAL_TOKEN (create one: corral token create)")
+    if response.status_code >= 400:
+        detail = response.json().get("detail") if "json" in response.headers.get("content-type", "") else None
+        raise SystemExit(f"corral: {method} {path}: HTTP {response.status_code}: {detail or response.text[:200]}")
+    return response.json()
+
+
+def _print(args: argparse.Namespace, data: Any, columns: list[str]) -> int:
+    print(emit(data, columns, args.json))
+    return 0
+
+
+def _pools(args: argparse.Namespace) -> int:
+    return _print(args, _request(args, "GET", "/api/v1/pools"), POOL_COLUMNS)
+
+
+def _runners(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"state": args.state} if args.state else {}
+    if args.pool:
+        params["pool"] = args.pool
+    return _print(args, _request(args, "GET", "/api/v1/runners", params=params), RUNNER_COLUMNS)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    params = {"status": args.status} if args.status else {}
+    rows = _request(args, "GET", "/api/v1/jobs", params=params)
+    if not args.json:
+        for row in rows:
+            row["labels"] = ",".join(row["labels"])
+    return _print(args, rows, JOB_COLUMNS)
+
+
+def _drain(args: argparse.Namespace) -> int:
+    action = "undrain" if args.undo else "drain"
+    return _print(args, _request(args, "POST", f"/api/v1/pools/{args.pool}/{action}"), POOL_COLUMNS)
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    _request(args, "POST", "/api/v1/reconcile")
+    print("reconcile requested", file=sys.stderr if args.json else sys.stdout)
+    return 0
