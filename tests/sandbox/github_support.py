@@ -16,9 +16,10 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
 from corral.sandbox.server import Sandbox
+from tests.shared_fixtures import WEBHOOK_SCHEMAS
 from tests.webhook_receiver import ReceivedDelivery
 
-SCHEMAS = Path("/work/shared/fixtures/github-webhooks/schemas")
+SCHEMAS = WEBHOOK_SCHEMAS
 
 
 def pat_client(sandbox: Sandbox, *, enterprise: bool = False) -> GitHub[TokenAuthStrategy]:
