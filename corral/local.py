@@ -24,26 +24,26 @@ import yaml
 
 from corral.api.app import build_app
 from corral.cloud.openstack import OpenStackProvider
-from corral.sandbox.server import Sandbox, bind_socket
+from corral.sandbox.server import SandboxInfo, bind_socket
 from corral.service import Service
 
 T = TypeVar("T")
 
 
-def sandbox_connection(sandbox: Sandbox) -> openstack.connection.Connection:
-    config = openstack.config.OpenStackConfig(config_files=[sandbox.info.clouds_yaml])
-    return openstack.connection.Connection(config=config.get_one(cloud=sandbox.info.cloud_name))
+def sandbox_connection(sandbox: SandboxInfo) -> openstack.connection.Connection:
+    config = openstack.config.OpenStackConfig(config_files=[sandbox.clouds_yaml])
+    return openstack.connection.Connection(config=config.get_one(cloud=sandbox.cloud_name))
 
 
-def corral_config(sandbox: Sandbox, database_url: str, pools: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def corral_config(sandbox: SandboxInfo, database_url: str, pools: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A corral.yaml document pointing at the sandbox (token auth unless `github` is overridden)."""
     return {
         "github": {
-            "url": sandbox.info.github_url,
-            "token": sandbox.info.pat,
-            "webhook_secret": sandbox.info.webhook_secret,
+            "url": sandbox.github_url,
+            "token": sandbox.pat,
+            "webhook_secret": sandbox.webhook_secret,
         },
-        "cloud": {"name": sandbox.info.cloud_name, "quota_retry": "2s"},
+        "cloud": {"name": sandbox.cloud_name, "quota_retry": "2s"},
         "database_url": database_url,
         "reconcile_interval": "1s",
         "pools": pools,
@@ -69,14 +69,14 @@ def pool_spec(labels: list[str], **overrides: Any) -> dict[str, Any]:
 class LocalCorral:
     """corral serving on loopback; `call` runs a coroutine on its loop and returns the result."""
 
-    def __init__(self, sandbox: Sandbox, config_path: Path, document: dict[str, Any]) -> None:
+    def __init__(self, sandbox: SandboxInfo, config_path: Path, document: dict[str, Any], *, port: int = 0) -> None:
         self.sandbox = sandbox
         self.config_path = config_path
         self.write_config(document)
         self.service = Service.from_file(
             config_path, cloud=OpenStackProvider(sandbox_connection(sandbox), document.get("installation", "corral"))
         )
-        self._socket = bind_socket("127.0.0.1", 0)
+        self._socket = bind_socket("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         self._server = uvicorn.Server(
             uvicorn.Config(build_app(self.service), log_level="warning", lifespan="off", access_log=False)
@@ -105,7 +105,7 @@ class LocalCorral:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("corral did not start")
             time.sleep(0.01)
-        with httpx.Client(base_url=self.sandbox.info.control_url) as control:
+        with httpx.Client(base_url=self.sandbox.control_url) as control:
             control.put("/webhook", json={"url": f"{self.url}/webhook"}).raise_for_status()
         return self
 

@@ -67,9 +67,9 @@ def test_client_commands_talk_to_a_running_corral(
     sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document = corral_config(
-        sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], min_idle=1)}
+        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], min_idle=1)}
     )
-    corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
+    corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
     try:
         remote = ["--url", corral.url, "--token", corral.token]
         wait_until(lambda: corral.reconcile() or corral.service.pool_views()[0].idle == 1, what="one idle runner")

@@ -105,7 +105,9 @@ def test_kill_9_then_restart_leaks_nothing(
     sandbox: Sandbox, control: httpx.Client, corral_process: Any, tmp_path: Path, moment: str
 ) -> None:
     pool = pool_spec(["small"], min_idle=3, extra_volumes=[{"name": "cache", "size_gb": 5}], bootstrap_timeout="20s")
-    document = corral_config(sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool}, reconcile_interval="0.3s")
+    document = corral_config(
+        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool}, reconcile_interval="0.3s"
+    )
     slow = (
         "openstack POST /compute/v2.1/servers" if moment == "creation" else "openstack DELETE /compute/v2.1/servers/*"
     )

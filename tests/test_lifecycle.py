@@ -28,7 +28,7 @@ def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
     started: list[LocalCorral] = []
 
     def start(document: dict[str, Any]) -> LocalCorral:
-        corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
+        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
         started.append(corral)
         return corral
 
@@ -39,7 +39,7 @@ def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
 
 def cloud_servers(sandbox: Sandbox) -> dict[str, list[str]]:
     """Owned servers per pool, as the cloud lists them: pool -> statuses."""
-    conn = sandbox_connection(sandbox)
+    conn = sandbox_connection(sandbox.info)
     pools: dict[str, list[str]] = {}
     for server in conn.compute.servers(details=True):
         pool = (server.metadata or {}).get("corral-pool")
@@ -79,7 +79,7 @@ def pools_view(corral: LocalCorral) -> dict[str, dict[str, Any]]:
 
 
 def test_warm_runners_come_up_and_grow_and_shrink(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:
-    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"], min_idle=2)})
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=2)})
     corral = start_corral(document)
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "two warm runners online")
     assert cloud_servers(sandbox) == {"small": ["ACTIVE", "ACTIVE"]}
@@ -100,7 +100,7 @@ def test_warm_runners_come_up_and_grow_and_shrink(sandbox: Sandbox, start_corral
 def test_queued_jobs_get_one_runner_each_and_everything_is_cleaned_up(
     sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
 ) -> None:
-    corral = start_corral(corral_config(sandbox, database_url, {"small": pool_spec(["small"], max_runners=5)}))
+    corral = start_corral(corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=5)}))
     jobs = [
         control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted", "small"], "duration": 0.2}).json()
         for _ in range(3)
@@ -123,7 +123,7 @@ def job_status(control: httpx.Client, job_id: int) -> dict[str, Any]:
 def test_adding_and_removing_pools(
     sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
 ) -> None:
-    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"], min_idle=2)})
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=2)})
     corral = start_corral(document)
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "small warm")
 
@@ -148,7 +148,7 @@ def test_switching_the_default_pool_moves_generic_demand(
     sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
 ) -> None:
     pools = {"small": pool_spec(["small"]), "big": pool_spec(["big"], flavor="m1.large")}
-    document = corral_config(sandbox, database_url, pools, default_pool="small")
+    document = corral_config(sandbox.info, database_url, pools, default_pool="small")
     corral = start_corral(document)
 
     def generic_job_pool() -> str:
@@ -168,7 +168,7 @@ def test_switching_the_default_pool_moves_generic_demand(
 
 
 def test_an_invalid_reload_keeps_the_running_generation(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:
-    document = corral_config(sandbox, database_url, {"small": pool_spec(["small"])})
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])})
     corral = start_corral(document)
     broken = {**document, "default_pool": "nope"}
     with corral.api() as api:

@@ -21,9 +21,9 @@ def corral_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
 
     def start(**pool: Any) -> LocalCorral:
         document = corral_config(
-            sandbox, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], **pool)}
+            sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], **pool)}
         )
-        corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
+        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
         started.append(corral)
         return corral
 

@@ -24,9 +24,9 @@ EXAMPLES = WEBHOOK_EXAMPLES
 @pytest.fixture
 def corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[LocalCorral]:
     pools = {"small": pool_spec(["small"]), "other": pool_spec(["ubuntu-latest"], scope={"org": "Codertocat"})}
-    document = corral_config(sandbox, f"sqlite:///{tmp_path / 'c.db'}", pools, default_pool="small")
+    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", pools, default_pool="small")
     document["reconcile_interval"] = "1h"  # no periodic pass: only the webhook can make things happen
-    running = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
+    running = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
     httpx.put(f"{sandbox.info.control_url}/webhook", json={"url": None}).raise_for_status()
     yield running
     running.stop()
@@ -50,7 +50,7 @@ def deliver(
         "X-GitHub-Event": event,
         "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
         "Content-Type": content_type,
-        "X-Hub-Signature-256": signature or sign(secret or corral.sandbox.info.webhook_secret, body),
+        "X-Hub-Signature-256": signature or sign(secret or corral.sandbox.webhook_secret, body),
     }
     return httpx.post(f"{corral.url}/webhook", content=body, headers=headers)
 
@@ -105,7 +105,7 @@ def test_tampered_or_unsigned_deliveries_are_refused_and_record_nothing(
     corral: LocalCorral, mutate: Any, status: int
 ) -> None:
     body = job_payload(103, "queued", ["small"])
-    sent_body, signature = mutate(body, sign(corral.sandbox.info.webhook_secret, body))
+    sent_body, signature = mutate(body, sign(corral.sandbox.webhook_secret, body))
     headers = {"X-GitHub-Event": "workflow_job", "X-GitHub-Delivery": "x", "Content-Type": "application/json"}
     if signature:
         headers["X-Hub-Signature-256"] = signature
@@ -133,9 +133,9 @@ def test_duplicates_are_ignored_and_out_of_order_events_end_in_the_right_state(c
 
 
 def test_without_a_secret_the_endpoint_does_not_exist(sandbox: Sandbox, tmp_path: Path) -> None:
-    document = corral_config(sandbox, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
+    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
     del document["github"]["webhook_secret"]
-    corral = LocalCorral(sandbox, tmp_path / "corral.yaml", document).start()
+    corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
     try:
         body = job_payload(106, "queued", ["small"])
         assert httpx.post(f"{corral.url}/webhook", content=body).status_code == 404
