@@ -1,0 +1,300 @@
+"""Validate a `POST /servers` body the way Nova's JSON schema and API layer do, and resolve its references.
+
+Nova reports schema violations as `Invalid input for field/attribute <name>. Value: <value>. <reason>`
+with jsonschema's reason text; corral logs and surfaces these, so the sandbox words them the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+
+from corral.sandbox.cloud.errors import ApiError
+from corral.sandbox.cloud.microversion import Version
+from corral.sandbox.cloud.state import CloudState, NicRequest, ServerRequest, VolumeRequest
+
+MAX_USER_DATA = 65535
+"""Nova's limit on the base64 text of `user_data`."""
+MAX_METADATA_ITEMS = 128
+MAX_TAGS = 50
+METADATA_KEY = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
+TAG = re.compile(r"^[^,/]*$")
+
+BASE_FIELDS = frozenset(
+    {
+        "name",
+        "imageRef",
+        "flavorRef",
+        "networks",
+        "security_groups",
+        "key_name",
+        "availability_zone",
+        "user_data",
+        "metadata",
+        "config_drive",
+        "block_device_mapping_v2",
+        "min_count",
+        "max_count",
+        "return_reservation_id",
+        "accessIPv4",
+        "accessIPv6",
+        "adminPass",
+        "OS-DCF:diskConfig",
+    }
+)
+FIELDS_SINCE: tuple[tuple[Version, str], ...] = (
+    ((2, 19), "description"),
+    ((2, 52), "tags"),
+    ((2, 63), "trusted_image_certificates"),
+    ((2, 74), "host"),
+    ((2, 74), "hypervisor_hostname"),
+    ((2, 90), "hostname"),
+)
+
+
+def invalid(field: str, value: Any, reason: str) -> ApiError:
+    return ApiError(400, f"Invalid input for field/attribute {field}. Value: {value}. {reason}")
+
+
+def parse_server_request(state: CloudState, body: dict[str, Any], version: Version) -> ServerRequest:
+    server = body.get("server")
+    if not isinstance(server, dict):
+        raise invalid("server", server, f"{server!r} is not of type 'object'")
+    _check_fields(server, version)
+    name = _name(server)
+    user_data = _user_data(server.get("user_data"))
+    metadata = _metadata(server.get("metadata", {}))
+    tags = _tags(server.get("tags", []))
+    flavor_ref = str(server.get("flavorRef", ""))
+    if flavor_ref not in state.flavors:
+        raise ApiError(400, f"Flavor {flavor_ref} could not be found.")
+    volumes = _volumes(state, server.get("block_device_mapping_v2", []))
+    image_id = str(server.get("imageRef") or "")
+    if image_id and image_id not in state.images:
+        raise ApiError(400, "Can not find requested image")
+    if not image_id and not any(volume.boot_index == 0 for volume in volumes):
+        raise ApiError(
+            400,
+            "Block Device Mapping is Invalid: Boot sequence for the instance and image/block "
+            "device mapping combination is not valid.",
+        )
+    key_name = server.get("key_name")
+    if key_name is not None and key_name not in state.keypairs:
+        raise ApiError(400, "Invalid key_name provided.")
+    zone = server.get("availability_zone")
+    if zone is not None and zone != "nova":
+        raise ApiError(400, "The requested availability zone is not available")
+    groups = _security_groups(state, server.get("security_groups", [{"name": "default"}]))
+    hints = body.get("os:scheduler_hints") or body.get("OS-SCH-HNT:scheduler_hints") or {}
+    group_id = hints.get("group") if isinstance(hints, dict) else None
+    if group_id is not None and group_id not in state.server_groups:
+        raise ApiError(400, f"Invalid server group: Instance group {group_id} could not be found.")
+    return ServerRequest(
+        name=name,
+        flavor=state.flavors[flavor_ref],
+        image_id=image_id,
+        nics=_nics(state, server, version),
+        availability_zone="nova",
+        security_groups=groups,
+        key_name=key_name,
+        user_data=user_data,
+        config_drive=server.get("config_drive") in (True, "True", "true", "1", 1),
+        metadata=metadata,
+        tags=tags,
+        volumes=volumes,
+        server_group_id=group_id,
+        scheduler_hints=hints if isinstance(hints, dict) else {},
+        description=server.get("description"),
+        hostname=server.get("hostname"),
+    )
+
+
+def _check_fields(server: dict[str, Any], version: Version) -> None:
+    allowed = BASE_FIELDS | {field for since, field in FIELDS_SINCE if version >= since}
+    unexpected = [key for key in server if key not in allowed]
+    if unexpected:
+        quoted = ", ".join(repr(key) for key in unexpected)
+        verb = "were" if len(unexpected) > 1 else "was"
+        raise invalid("server", server, f"Additional properties are not allowed ({quoted} {verb} unexpected)")
+    required = ["name", "flavorRef"] + (["networks"] if version >= (2, 37) else [])
+    for field in required:
+        if field not in server:
+            raise invalid("server", server, f"'{field}' is a required property")
+
+
+def _name(server: dict[str, Any]) -> str:
+    name = server["name"]
+    if not isinstance(name, str):
+        raise invalid("name", name, f"{name!r} is not of type 'string'")
+    if not name or len(name) > 255 or name != name.strip():
+        raise invalid(
+            "name",
+            name,
+            f"{name!r} does not match '^(?! )[a-zA-Z0-9. _-]+(?<! )$'"
+            if name != name.strip()
+            else f"{name!r} is too long"
+            if name
+            else f"{name!r} is too short",
+        )
+    return name
+
+
+def _user_data(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid("user_data", value, f"{value!r} is not of type 'string'")
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid("user_data", value, f"{value!r} is not a 'base64'") from None
+    if len(value) > MAX_USER_DATA:
+        raise invalid("user_data", value, f"{value!r} is too long")
+    return value
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    """Nova's metadata rules: keys 1-255 of a small alphabet, string values up to 255, at most 128 items."""
+    if not isinstance(value, dict):
+        raise invalid("metadata", value, f"{value!r} is not of type 'object'")
+    for key, item in value.items():
+        if not METADATA_KEY.match(key):
+            raise invalid(
+                "metadata", value, f"{key!r} does not match any of the regexes: '^[a-zA-Z0-9-_:. ]{{1,255}}$'"
+            )
+        if not isinstance(item, str):
+            raise invalid(key, item, f"{item!r} is not of type 'string'")
+        if len(item) > 255:
+            raise invalid(key, item, f"{item!r} is too long")
+    if len(value) > MAX_METADATA_ITEMS:
+        raise ApiError(403, f"Maximum number of metadata items exceeds {MAX_METADATA_ITEMS}")
+    return dict(value)
+
+
+def validate_metadata(value: Any) -> dict[str, str]:
+    return _metadata(value)
+
+
+def _tags(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise invalid("tags", value, f"{value!r} is not of type 'array'")
+    if len(value) > MAX_TAGS:
+        raise invalid("tags", value, f"{value!r} is too long")
+    for index, tag in enumerate(value):
+        validate_tag(tag, str(index))
+    return list(dict.fromkeys(value))
+
+
+def validate_tag(tag: Any, field: str) -> str:
+    if not isinstance(tag, str):
+        raise invalid(field, tag, f"{tag!r} is not of type 'string'")
+    if not tag:
+        raise invalid(field, tag, "'' is too short")
+    if len(tag) > 60:
+        raise invalid(field, tag, f"{tag!r} is too long")
+    if not TAG.match(tag):
+        raise invalid(field, tag, f"{tag!r} does not match '^[^,/]*$'")
+    return tag
+
+
+def _security_groups(state: CloudState, value: Any) -> list[str]:
+    names: list[str] = []
+    for item in value if isinstance(value, list) else []:
+        wanted = item.get("name") if isinstance(item, dict) else None
+        match = next((sg for sg in state.security_groups.values() if wanted in (sg.name, sg.id)), None)
+        if match is None:
+            raise ApiError(400, f"Unable to find security_group with name or id '{wanted}'")
+        if match.name not in names:
+            names.append(match.name)
+    return names
+
+
+def _nics(state: CloudState, server: dict[str, Any], version: Version) -> list[NicRequest]:
+    networks = server.get("networks", "auto" if version >= (2, 37) else None)
+    if networks == "none":
+        return []
+    if networks in ("auto", None, []):
+        return [NicRequest(network_id=network_id) for network_id in list(state.networks)[:1]]
+    if not isinstance(networks, list):
+        raise invalid("networks", networks, f"{networks!r} is not valid under any of the given schemas")
+    nics = []
+    for entry in networks:
+        if not isinstance(entry, dict):
+            raise invalid("networks", networks, f"{entry!r} is not of type 'object'")
+        if entry.get("port"):
+            port = state.ports.get(entry["port"])
+            if port is None:
+                raise ApiError(400, f"Port id {entry['port']} could not be found.")
+            if port.device_id:
+                raise ApiError(409, f"Port {port.id} is still in use.")
+            nics.append(NicRequest(port_id=port.id))
+        elif entry.get("uuid"):
+            if entry["uuid"] not in state.networks:
+                raise ApiError(400, f"Network {entry['uuid']} could not be found.")
+            nics.append(NicRequest(network_id=entry["uuid"], fixed_ip=entry.get("fixed_ip")))
+        else:
+            raise ApiError(400, "Bad networks format: network uuid is not in proper format")
+    return nics
+
+
+def _volumes(state: CloudState, mappings: Any) -> list[VolumeRequest]:
+    """The block device mappings that need Cinder; local image disks need nothing from the sandbox."""
+    if not isinstance(mappings, list):
+        raise invalid("block_device_mapping_v2", mappings, f"{mappings!r} is not of type 'array'")
+    requests = []
+    for mapping in mappings:
+        if not isinstance(mapping, dict):
+            raise invalid("block_device_mapping_v2", mappings, f"{mapping!r} is not of type 'object'")
+        source, destination = mapping.get("source_type"), mapping.get("destination_type", "volume")
+        boot_index = _int_or_none(mapping.get("boot_index"))
+        delete = mapping.get("delete_on_termination") in (True, "True", "true", "1", 1)
+        if destination == "local":
+            continue
+        if source == "volume":
+            volume = state.volumes.get(str(mapping.get("uuid")))
+            if volume is None:
+                raise ApiError(400, f"Block Device Mapping is Invalid: failed to get volume {mapping.get('uuid')}.")
+            if volume.status != "available":
+                raise ApiError(
+                    400,
+                    f"Invalid volume: volume '{volume.id}' status must be 'available'. Currently in '{volume.status}'",
+                )
+            requests.append(
+                VolumeRequest(
+                    size=volume.size, boot_index=boot_index, delete_on_termination=delete, volume_id=volume.id
+                )
+            )
+            continue
+        size = _int_or_none(mapping.get("volume_size"))
+        if source not in ("image", "blank") or size is None or size < 1:
+            raise ApiError(
+                400,
+                "Block Device Mapping is Invalid: You specified more local devices than the limit allows"
+                if size is None and source == "blank"
+                else "Block Device Mapping is Invalid: Boot sequence for the instance and image/block "
+                "device mapping combination is not valid.",
+            )
+        image_id = None
+        if source == "image":
+            image_id = str(mapping.get("uuid"))
+            if image_id not in state.images:
+                raise ApiError(400, f"Block Device Mapping is Invalid: failed to get image {image_id}.")
+        requests.append(
+            VolumeRequest(
+                size=size,
+                boot_index=boot_index,
+                delete_on_termination=delete,
+                image_id=image_id,
+                volume_type=mapping.get("volume_type"),
+            )
+        )
+    return requests
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
