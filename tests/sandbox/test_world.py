@@ -37,9 +37,9 @@ def jit_runner(sandbox: Sandbox, name: str, labels: list[str]) -> tuple[int, str
 
 
 def boot(conn: openstack.connection.Connection, name: str, user_data: str) -> Any:
-    image = conn.image.find_image("ubuntu-24.04-runner")
-    flavor = conn.compute.find_flavor("m1.small")
-    network = conn.network.find_network("private")
+    image = conn.image.find_image("ubuntu-24.04-runner", ignore_missing=False)
+    flavor = conn.compute.find_flavor("m1.small", ignore_missing=False)
+    network = conn.network.find_network("private", ignore_missing=False)
     return conn.compute.create_server(
         name=name,
         image_id=image.id,
