@@ -29,6 +29,12 @@ class Budget:
     def remaining(self) -> int:
         return max(self.limit - self.used, 0)
 
+    def set_remaining(self, remaining: int, reset_at: int) -> None:
+        """A remaining budget above the usual limit raises the limit, as an Enterprise Server admin can."""
+        self.limit = max(self.limit, remaining)
+        self.used = self.limit - remaining
+        self.reset_at = reset_at
+
     def headers(self) -> dict[str, str]:
         return {
             "X-RateLimit-Limit": str(self.limit),
@@ -57,8 +63,7 @@ class RateLimits:
             budget = Budget(limit=limit, used=0, reset_at=now + WINDOW_S)
             if self._forced is not None and self._forced[1] > now:
                 remaining, reset_at = self._forced
-                budget.used = max(limit - remaining, 0)
-                budget.reset_at = reset_at
+                budget.set_remaining(remaining, reset_at)
             self._budgets[key] = budget
         return budget
 
@@ -80,8 +85,7 @@ class RateLimits:
         reset_at = int(time.time()) + reset_in
         self._forced = (remaining, reset_at)
         for budget in self._budgets.values():
-            budget.used = max(budget.limit - remaining, 0)
-            budget.reset_at = reset_at
+            budget.set_remaining(remaining, reset_at)
 
 
 def secondary_limit_error(retry_after: int, budget: Budget, request_id: str) -> GitHubError:
