@@ -9,6 +9,7 @@ Two duties, both run from the periodic pass and never from the webhook path:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,10 +22,13 @@ from corral.metrics import GITHUB_ERRORS, JOBS_RECOVERED
 from corral.model import JobState
 from corral.policy import match_pool
 from corral.store import Store
+from corral.store.schema import Job
 
 logger = logging.getLogger("corral.jobs")
 
 STALE_CHECKS_PER_PASS = 50
+CONCURRENT_CHECKS = 8
+REDELIVERY_OVERLAP = timedelta(minutes=5)
 RECHECK_INTERVAL = timedelta(seconds=60)
 REDELIVERY_WINDOW = timedelta(hours=1)
 GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN_PROGRESS}
@@ -44,6 +48,7 @@ class JobTracker:
         self.clock = clock
         self._next_scan = 0.0
         self._redelivered: set[str] = set()
+        self._last_delivery_scan = datetime.min.replace(tzinfo=UTC)
 
     def scope_for(self, config: CorralConfig, pool: str | None, repository: str) -> ScopeConfig:
         """Whose credentials to ask about a repository's job: its pool's scope, else the repository."""
@@ -51,32 +56,39 @@ class JobTracker:
             return config.pools[pool].scope
         return ScopeConfig(repo=repository)
 
+    async def upkeep(self, config: CorralConfig) -> set[str]:
+        """Both duties; returns the pools whose demand changed, to be scaled again."""
+        return await self.verify_stale(config) | await self.recover_missed(config)
+
     async def verify_stale(self, config: CorralConfig) -> set[str]:
         """Ask GitHub about old queued jobs; returns the pools whose demand changed."""
         now = utcnow()
-        changed: set[str] = set()
         jobs = self.store.stale_queued_jobs(
             queued_before=now - timedelta(seconds=config.stale_job_check),
             checked_before=now - RECHECK_INTERVAL,
             limit=STALE_CHECKS_PER_PASS,
         )
-        for job in jobs:
-            try:
-                status = await self.github.get_job(
-                    self.scope_for(config, job.pool, job.repository), job.repository, job.id
-                )
-            except GitHubError as exc:
-                GITHUB_ERRORS.labels(type(exc).__name__).inc()
-                self.log_once.warning("jobs:verify", f"cannot confirm job {job.id} is still queued: {exc}")
-                if exc.status == 404:
-                    self.store.job_checked(job.id, status=JobState.COMPLETED, conclusion="not_found")
-                continue
+        slots = asyncio.Semaphore(CONCURRENT_CHECKS)
+
+        async def verify(job: Job) -> str | None:
+            async with slots:
+                try:
+                    scope = self.scope_for(config, job.pool, job.repository)
+                    status = await self.github.get_job(scope, job.repository, job.id)
+                except GitHubError as exc:
+                    GITHUB_ERRORS.labels(type(exc).__name__).inc()
+                    self.log_once.warning("jobs:verify", f"cannot confirm job {job.id} is still queued: {exc}")
+                    if exc.status == 404:
+                        self.store.job_checked(job.id, status=JobState.COMPLETED, conclusion="not_found")
+                    return None
             state = GITHUB_JOB_STATES.get(status.status, JobState.QUEUED)
             self.store.job_checked(job.id, status=state, conclusion=status.conclusion)
-            if state is not JobState.QUEUED and job.pool:
-                logger.info("job %d is %s on GitHub, no longer demand", job.id, status.status)
-                changed.add(job.pool)
-        return changed
+            if state is JobState.QUEUED:
+                return None
+            logger.info("job %d is %s on GitHub, no longer demand", job.id, status.status)
+            return job.pool
+
+        return {pool for pool in await asyncio.gather(*(verify(job) for job in jobs)) if pool}
 
     async def recover_missed(self, config: CorralConfig) -> set[str]:
         """Once per `missed_job_scan`: redeliver failed App deliveries, or poll queued runs with a token."""
@@ -89,12 +101,16 @@ class JobTracker:
         return await self._poll_queued(config)
 
     async def _redeliver_failed(self) -> None:
+        # Look back an hour the first time, then only a little before the previous scan.
+        now = utcnow()
+        since = max(now - REDELIVERY_WINDOW, self._last_delivery_scan - REDELIVERY_OVERLAP)
         try:
-            failed = await self.github.failed_deliveries(utcnow() - REDELIVERY_WINDOW)
+            failed = await self.github.failed_deliveries(since)
         except GitHubError as exc:
             GITHUB_ERRORS.labels(type(exc).__name__).inc()
             self.log_once.warning("jobs:deliveries", f"cannot list webhook deliveries: {exc}")
             return
+        self._last_delivery_scan = now
         for delivery in failed:
             if delivery.guid in self._redelivered or delivery.event != "workflow_job":
                 continue
@@ -116,7 +132,8 @@ class JobTracker:
             if repository is None:
                 continue
             try:
-                queued = await self.github.queued_jobs(scope, repository)
+                created_before = utcnow() - timedelta(seconds=config.missed_job_scan)
+                queued = await self.github.queued_jobs(scope, repository, created_before=created_before)
             except GitHubError as exc:
                 self.log_once.warning(f"jobs:poll:{repository}", f"cannot list queued jobs of {repository}: {exc}")
                 continue

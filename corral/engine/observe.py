@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from corral.cloud.provider import CloudError, CloudProvider, CloudServer
@@ -38,9 +39,10 @@ async def observe(
     *,
     github_paused: bool,
     log_once: LogOnce,
+    executor: Executor | None = None,
 ) -> Observation:
     try:
-        servers = await asyncio.to_thread(cloud.list_servers)
+        servers = await asyncio.get_running_loop().run_in_executor(executor, cloud.list_servers)
         CLOUD_CALLS.labels("list_servers", "ok").inc()
         log_once.clear("cloud:list")
         by_runner: dict[str, CloudServer] | None = {server.runner_id: server for server in servers}

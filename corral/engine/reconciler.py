@@ -16,6 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from string import Template
 from typing import Any
@@ -53,6 +54,7 @@ from corral.store.schema import Job, Runner
 logger = logging.getLogger("corral.engine")
 
 MAX_STEPS_PER_PASS = 6
+CLOUD_THREADS = 8
 LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
 
 
@@ -85,10 +87,13 @@ class Engine:
         self.backoffs: dict[str, Backoff] = {}
         self.github_backoff = Backoff(base_s=5.0, cap_s=3600.0, clock=clock)
         self._in_flight: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._create_slots = asyncio.Semaphore(config.cloud.max_concurrent_creates)
+        self._create_threads = ThreadPoolExecutor(config.cloud.max_concurrent_creates, "corral-create")
+        self._cloud_threads = ThreadPoolExecutor(CLOUD_THREADS, "corral-cloud")
         self.jobs = JobTracker(store, github, self.log_once, clock)
+        self._upkeep: asyncio.Task[Any] | None = None
         self.drained = {name for name, status in store.pool_statuses().items() if status.drained}
         self.passes = 0
 
@@ -106,7 +111,9 @@ class Engine:
         for name, pool in self.config.pools.items():
             spec = self._server_spec(name, pool, runner_id="check", runner_name="check", user_data="")
             try:
-                problems = await asyncio.to_thread(self.cloud.check_pool, spec)
+                problems = await asyncio.get_running_loop().run_in_executor(
+                    self._cloud_threads, self.cloud.check_pool, spec
+                )
             except CloudError as exc:
                 problems = [f"cannot check the pool against the cloud: {exc}"]
             if problems:
@@ -143,19 +150,34 @@ class Engine:
         rows = self.store.runners(states=LIVE_STATES)
         scope_keys = {row.scope for row in rows} | {pool.scope.key for pool in self.config.pools.values()}
         observation = await observe(
-            self.cloud, self.github, scope_keys, github_paused=self.github_backoff.waiting, log_once=self.log_once
+            self.cloud,
+            self.github,
+            scope_keys,
+            github_paused=self.github_backoff.waiting,
+            log_once=self.log_once,
+            executor=self._cloud_threads,
         )
         rows = [self._judge(row, observation) for row in rows]
-        await self._clean_up([row for row in rows if row.state == RunnerState.DELETING], observation)
+        self._clean_up([row for row in rows if row.state == RunnerState.DELETING], observation)
         await self._delete_orphans(observation, rows)
         self._retire_removed_pools(rows)
-        await self.jobs.verify_stale(self.config)
-        await self.jobs.recover_missed(self.config)
+        if self._upkeep is None or self._upkeep.done():
+            self._upkeep = self._spawn(self._job_upkeep())
         for name in self.config.pools:
             self.scale(name)
         self._publish(rows)
         self.passes += 1
         RECONCILE_SECONDS.observe(time.perf_counter() - started)
+
+    async def _job_upkeep(self) -> None:
+        """Confirm stale jobs and recover missed ones beside the pass (GitHub calls must not slow it)."""
+        try:
+            changed = await self.jobs.upkeep(self.config)
+        except Exception:
+            logger.exception("job upkeep failed; trying again next pass")
+            return
+        for pool in changed:
+            self.request_scale(pool)
 
     # -- judging ----------------------------------------------------------------------------------
 
@@ -210,10 +232,20 @@ class Engine:
 
     # -- cleaning up ------------------------------------------------------------------------------
 
-    async def _clean_up(self, rows: list[Runner], observation: Observation) -> None:
-        await asyncio.gather(*(self._delete_runner_resources(row, observation) for row in rows))
+    def _clean_up(self, rows: list[Runner], observation: Observation) -> None:
+        """Start deleting what each runner leaves behind, beside the pass: slow deletes must not delay scaling."""
+        for row in rows:
+            if row.id not in self._in_flight:
+                self._in_flight.add(row.id)
+                self._spawn(self._delete_runner_resources(row, observation))
 
     async def _delete_runner_resources(self, row: Runner, observation: Observation) -> None:
+        try:
+            await self._delete_server_and_registration(row, observation)
+        finally:
+            self._in_flight.discard(row.id)
+
+    async def _delete_server_and_registration(self, row: Runner, observation: Observation) -> None:
         server = observation.server_for(row.id)
         server_id = server.id if server else (row.server_id if observation.servers is None else None)
         if server_id is not None:
@@ -245,7 +277,7 @@ class Engine:
             if known is not None and known.state != RunnerState.DELETED:
                 continue
             logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)
-            await self._cloud_call("delete_server", self.cloud.delete_server, server.id)
+            self._spawn(self._cloud_call("delete_server", self.cloud.delete_server, server.id))
 
     def _retire_removed_pools(self, rows: list[Runner]) -> None:
         """A pool gone from the config: its idle and starting runners go now, busy ones when their job ends."""
@@ -464,17 +496,22 @@ class Engine:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> asyncio.Task[Any]:
+        """Run beside the pass, tracked so `drain` can wait for it."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _cloud_call(
         self, operation: str, fn: Callable[..., object], *args: object, raise_errors: bool = False
     ) -> CloudServer | None:
+        """A blocking cloud call in a worker thread; creates have threads of their own, so a burst of
+        slow creates never makes listings and deletes wait for a thread."""
         started = time.perf_counter()
+        executor = self._create_threads if operation == "create_server" else self._cloud_threads
         try:
-            result = await asyncio.to_thread(fn, *args)
+            result = await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
         except CloudError as exc:
             CLOUD_CALLS.labels(operation, type(exc).__name__).inc()
             if raise_errors:

@@ -9,6 +9,7 @@ are not waited out inside a call (that could stall a reconcile pass for an hour)
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -276,8 +277,14 @@ class GitHubClient:
         job = response.parsed_data
         return JobStatus(id=job.id, status=job.status, conclusion=job.conclusion, runner_name=job.runner_name)
 
-    async def queued_jobs(self, scope: ScopeConfig, repository: str) -> list[QueuedJob]:
-        """Queued jobs of a repository's queued workflow runs (for when webhooks cannot be relied on)."""
+    async def queued_jobs(
+        self, scope: ScopeConfig, repository: str, *, created_before: datetime, concurrency: int = 8
+    ) -> list[QueuedJob]:
+        """Queued jobs of a repository's queued workflow runs (for when webhooks cannot be relied on).
+
+        Runs created after `created_before` are skipped: their webhooks may still be on the way, and
+        GitHub's API costs one call per run to see its jobs.
+        """
         client = await self._client_for(scope)
         runs = await self._call(
             client,
@@ -286,23 +293,28 @@ class GitHubClient:
             params={"status": "queued", "per_page": PER_PAGE},
             response_model=ReposOwnerRepoActionsRunsGetResponse200,
         )
-        found: list[QueuedJob] = []
-        for run in runs.parsed_data.workflow_runs:
-            jobs = await self._call(
-                client,
-                "GET",
-                f"/repos/{repository}/actions/runs/{run.id}/jobs",
-                params={"filter": "latest", "per_page": PER_PAGE},
-                response_model=ReposOwnerRepoActionsRunsRunIdJobsGetResponse200,
-            )
-            found.extend(
+        slots = asyncio.Semaphore(concurrency)
+
+        async def jobs_of(run_id: int) -> list[QueuedJob]:
+            async with slots:
+                jobs = await self._call(
+                    client,
+                    "GET",
+                    f"/repos/{repository}/actions/runs/{run_id}/jobs",
+                    params={"filter": "latest", "per_page": PER_PAGE},
+                    response_model=ReposOwnerRepoActionsRunsRunIdJobsGetResponse200,
+                )
+            return [
                 QueuedJob(
-                    id=job.id, run_id=run.id, repository=repository, labels=list(job.labels), created_at=job.created_at
+                    id=job.id, run_id=run_id, repository=repository, labels=list(job.labels), created_at=job.created_at
                 )
                 for job in jobs.parsed_data.jobs
                 if job.status == "queued"
-            )
-        return found
+            ]
+
+        old_enough = [run.id for run in runs.parsed_data.workflow_runs if run.created_at < created_before]
+        batches = await asyncio.gather(*(jobs_of(run_id) for run_id in old_enough))
+        return [job for batch in batches for job in batch]
 
     # -- webhook deliveries (GitHub App only) -----------------------------------------------------
 
