@@ -64,6 +64,39 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_demo_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser(
+        "demo",
+        help="run corral against the sandbox with a live job trace, then check for leaks",
+        description=(
+            "Start the sandbox and corral (SQLite, three pools) in this process, feed it jobs, show progress "
+            "and the dashboard URL, then drain and report jobs served, waits and leaks. Exits 1 if anything "
+            "was left behind in the cloud or on GitHub."
+        ),
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="submit jobs for this long, then finish, drain and report (default: until Ctrl-C)",
+    )
+    parser.add_argument("--jobs-per-minute", type=float, default=40.0, metavar="N", help="mean arrivals (default 40)")
+    parser.add_argument("--port", type=int, default=8080, help="API and dashboard port on 127.0.0.1 (0: any free)")
+    parser.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from corral.demo import DemoOptions, run_demo
+
+    if args.duration is not None and args.duration <= 0:
+        print("corral demo: --duration must be positive", file=sys.stderr)
+        return 2
+    if args.jobs_per_minute <= 0:
+        print("corral demo: --jobs-per-minute must be positive", file=sys.stderr)
+        return 2
+    return run_demo(DemoOptions(duration_s=args.duration, jobs_per_minute=args.jobs_per_minute, port=args.port))
+
+
 def _add_config_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser("config", help="work with configuration files")
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
@@ -155,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_serve_parser(subcommands)
     _add_sandbox_parser(subcommands)
+    _add_demo_parser(subcommands)
     _add_config_parser(subcommands)
     _add_migrate_parser(subcommands)
     tokens.add_parser(subcommands)

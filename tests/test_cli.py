@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ def write(path: Path, document: object) -> Path:
     return path
 
 
-GOOD = {
+GOOD: dict[str, Any] = {
     "github": {"token": "ghp_secret_value"},
     "pools": {"small": {"scope": {"org": "o"}, "labels": ["small"], "image": "i", "flavor": "f"}},
 }
@@ -35,7 +36,7 @@ def test_config_check_accepts_a_good_file(tmp_path: Path, capsys: pytest.Capture
 def test_config_check_lists_every_problem_and_exits_non_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = {**GOOD, "default_pool": "nope", "pools": {"small": {**GOOD["pools"]["small"], "max_runners": 0}}}  # type: ignore[dict-item]
+    bad = {**GOOD, "default_pool": "nope", "pools": {"small": {**GOOD["pools"]["small"], "max_runners": 0}}}
     assert main(["config", "check", str(write(tmp_path / "c.yaml", bad))]) == 1
     err = capsys.readouterr().err
     assert "pools.small.max_runners" in err
@@ -72,7 +73,12 @@ def test_client_commands_talk_to_a_running_corral(
     corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
     try:
         remote = ["--url", corral.url, "--token", corral.token]
-        wait_until(lambda: corral.reconcile() or corral.service.pool_views()[0].idle == 1, what="one idle runner")
+
+        def one_idle() -> bool:
+            corral.reconcile()
+            return corral.service.pool_views()[0].idle == 1
+
+        wait_until(one_idle, what="one idle runner")
         assert main(["pools", *remote]) == 0
         table = capsys.readouterr().out.splitlines()
         assert table[0].split()[:3] == ["NAME", "DEFAULT", "READY"]

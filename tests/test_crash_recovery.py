@@ -123,7 +123,7 @@ def test_kill_9_then_restart_leaks_nothing(
     key = slow.split(" ", 1)[1]
 
     def in_flight() -> bool:
-        calls = control.get("/stats").json()["api_calls"]["openstack"]
+        calls: dict[str, int] = control.get("/stats").json()["api_calls"]["openstack"]
         return sum(n for endpoint, n in calls.items() if endpoint.startswith(key.replace("*", ""))) >= 2
 
     wait_until(in_flight, what=f"{moment} requests in flight")

@@ -158,7 +158,7 @@ def test_switching_the_default_pool_moves_generic_demand(
         runner_name = job_status(control, job["id"])["runner_name"]
         with corral.api() as api:
             runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
-        return next(runner["pool"] for runner in runners if runner["name"] == runner_name)
+        return str(next(runner["pool"] for runner in runners if runner["name"] == runner_name))
 
     assert generic_job_pool() == "small"
     document["default_pool"] = "big"

@@ -12,7 +12,6 @@ import pytest
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
 from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
-from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -93,7 +92,7 @@ def test_quota_exhaustion_makes_the_pool_wait_then_recover(
     creates = control.get("/stats").json()["api_calls"]["openstack"].get("POST /compute/v2.1/servers", 0)
     assert creates < 10, f"no retry storm against a full quota ({creates} create calls)"
     control.put("/quota", json={"instances": 10}).raise_for_status()
-    wait_until(lambda: corral.reconcile() or online_per_pool(sandbox) == {"small": 3}, timeout=90, what="recovered")
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 3}, "recovered", timeout=90)
     assert all("quota" in reason for reason in runner_failures(corral) if reason), (
         "every failure was the quota, reported as such"
     )

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral import __version__
 from corral.api.auth import requires
+from corral.api.dashboard import build_dashboard_router
 from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView
 from corral.api.webhook import build_webhook_router
 from corral.metrics import REGISTRY
@@ -103,4 +104,5 @@ def build_app(service: Service) -> FastAPI:
             raise HTTPException(status_code=409, detail="the runner is running a job; drain its pool instead")
         return {"outcome": outcome}
 
+    app.include_router(build_dashboard_router(service))
     return app

@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -264,6 +264,25 @@ class Store:
         query = select(Job.repository).where(Job.received_at >= since).distinct()
         with self.session() as session:
             return list(session.scalars(query))
+
+    def recent_failures(self, limit: int = 20) -> list[tuple[RunnerEvent, Runner]]:
+        """The latest moves to `failed`, newest first, each with its runner: the dashboard's failure list,
+        which must outlive the runner itself (a failed runner is cleaned up and deleted within seconds)."""
+        query = (
+            select(RunnerEvent, Runner)
+            .join(Runner, Runner.id == RunnerEvent.runner_id)
+            .where(RunnerEvent.to_state == RunnerState.FAILED.value)
+            .order_by(RunnerEvent.id.desc())
+            .limit(limit)
+        )
+        with self.session() as session:
+            return [(event, runner) for event, runner in session.execute(query)]
+
+    def job_counts(self) -> dict[str, int]:
+        """Jobs known to corral by status, counted by the database rather than by listing them."""
+        query = select(Job.status, func.count()).group_by(Job.status)
+        with self.session() as session:
+            return {status: count for status, count in session.execute(query)}
 
     # -- API tokens -------------------------------------------------------------------------------
 

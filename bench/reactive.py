@@ -1,0 +1,174 @@
+"""From a queued job to a create request: latency, runners and GitHub calls per job, webhook intake rate.
+
+Runs corral (LocalCorral: the real engine and API) against the sandbox with zero boot delay. Two phases:
+a burst of 500 jobs at once, then a steady 20 jobs/s for a minute. Latency is measured from the webhook's
+arrival (the job row's `received_at`) to the create-server request (the runner's `creating` event), both
+written by corral with one clock. Then the intake alone: signed webhooks posted as fast as corral records
+them, on SQLite and on PostgreSQL. Figures are printed, never asserted.
+
+    .venv/bin/python bench/reactive.py [--burst 500] [--rate 20] [--seconds 60] [--intake 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+
+from corral.local import LocalCorral, corral_config, pool_spec
+from corral.model import RunnerState
+from corral.sandbox.server import Sandbox
+from corral.sandbox.world import Timings
+from corral.store.schema import Job, Runner, RunnerEvent
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.store_urls import postgres_url
+
+LABELS = [["self-hosted", "small"], ["self-hosted", "large"], ["self-hosted"]]
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(share * len(ordered)), len(ordered) - 1)] if ordered else float("nan")
+
+
+def latencies_ms(corral: LocalCorral) -> list[float]:
+    """Per job: webhook arrival -> first create request of a runner started on its behalf."""
+    with corral.service.store.session() as session:
+        received = dict(session.execute(select(Job.id, Job.received_at)).tuples())
+        creating = session.execute(
+            select(Runner.job_id, RunnerEvent.at)
+            .join(RunnerEvent, RunnerEvent.runner_id == Runner.id)
+            .where(RunnerEvent.to_state == RunnerState.CREATING.value, Runner.job_id.is_not(None))
+        ).tuples()
+        first: dict[int, Any] = {}
+        for job_id, at in creating:
+            if job_id is None:
+                continue
+            if job_id not in first or at < first[job_id]:
+                first[job_id] = at
+    return [(first[job_id] - received[job_id]).total_seconds() * 1000 for job_id in first if job_id in received]
+
+
+def wait_for(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit("benchmark did not converge in time")
+        time.sleep(0.2)
+
+
+def end_to_end(args: argparse.Namespace) -> None:
+    with Sandbox(timings=Timings(boot_delay=0.0)) as sandbox, tempfile.TemporaryDirectory() as folder:
+        pools = {
+            "small": pool_spec(["small"], max_runners=2000),
+            "large": pool_spec(["large"], max_runners=2000),
+        }
+        document = corral_config(sandbox.info, f"sqlite:///{folder}/corral.db", pools, default_pool="small")
+        document["cloud"]["max_concurrent_creates"] = 32
+        corral = LocalCorral(sandbox.info, Path(folder) / "corral.yaml", document).start()
+        control = httpx.Client(base_url=sandbox.info.control_url, timeout=60)
+        github_before = sum(control.get("/stats").json()["api_calls"]["github"].values())
+        burst = [
+            {"at": 0.0, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0} for i in range(args.burst)
+        ]
+        steady = [
+            {"at": 1.0 + i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
+            for i in range(int(args.rate * args.seconds))
+        ]
+        control.post("/trace", json={"jobs": burst + steady}).raise_for_status()
+        total = len(burst) + len(steady)
+        wait_for(lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total, args.seconds + 300)
+        stats = control.get("/stats").json()
+        values = latencies_ms(corral)
+        corral.stop()
+    github_calls = sum(stats["api_calls"]["github"].values()) - github_before
+    print(f"jobs={total} with_latency={len(values)} servers_created={stats['cloud']['servers_created']}")
+    print(
+        f"p50_ms={statistics.median(values):.1f} p99_ms={percentile(values, 0.99):.1f} "
+        f"runners_per_job={stats['cloud']['servers_created'] / total:.3f} "
+        f"github_calls_per_job={github_calls / total:.2f}"
+    )
+
+
+async def blast(url: str, secret: str, count: int, concurrency: int) -> float:
+    template = {
+        "action": "queued",
+        "workflow_job": {
+            "id": 0,
+            "run_id": 1,
+            "labels": ["self-hosted", "small"],
+            "created_at": "2026-11-30T00:00:00Z",
+        },
+        "repository": {"full_name": "octo-org/app"},
+    }
+    bodies = []
+    for i in range(count):
+        template["workflow_job"]["id"] = 10_000_000 + i  # type: ignore[index]
+        body = json.dumps(template).encode()
+        signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        bodies.append((body, signature))
+    queue: asyncio.Queue[tuple[bytes, str]] = asyncio.Queue()
+    for item in bodies:
+        queue.put_nowait(item)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            body, signature = queue.get_nowait()
+            headers = {
+                "X-GitHub-Event": "workflow_job",
+                "X-GitHub-Delivery": str(uuid.uuid4()),
+                "X-Hub-Signature-256": signature,
+                "Content-Type": "application/json",
+            }
+            response = await client.post(url, content=body, headers=headers)
+            assert response.status_code == 202, response.text
+
+    started = time.perf_counter()
+    async with httpx.AsyncClient(timeout=60) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return count / (time.perf_counter() - started)
+
+
+def intake(args: argparse.Namespace, database: str, url_context: Any) -> None:
+    with Sandbox() as sandbox, tempfile.TemporaryDirectory() as folder, url_context as database_url:
+        # max_runners 1 and a drained pool: the engine does no creating, so this measures intake alone.
+        pools = {"small": pool_spec(["small"], max_runners=1)}
+        document = corral_config(sandbox.info, database_url, pools)
+        document["reconcile_interval"] = "1h"
+        corral = LocalCorral(sandbox.info, Path(folder) / "corral.yaml", document).start()
+        corral.call(lambda: asyncio.to_thread(corral.service.engine.set_drained, "small", True))
+        rate = asyncio.run(blast(f"{corral.url}/webhook", sandbox.info.webhook_secret, args.intake, 16))
+        corral.stop()
+    print(f"database={database} webhooks={args.intake} webhooks_per_s={rate:.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--burst", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--intake", type=int, default=3000)
+    args = parser.parse_args()
+    end_to_end(args)
+    with tempfile.TemporaryDirectory() as folder:
+        from contextlib import nullcontext
+
+        intake(args, "sqlite", nullcontext(f"sqlite:///{folder}/intake.db"))
+    intake(args, "postgresql", postgres_url())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The dashboard: a static page at `/` and the two read-only endpoints it needs beyond the REST API.
+
+The page itself is public and holds no data: everything it shows comes from the authenticated API
+(`/api/v1/summary`, `/api/v1/runners`, `/api/v1/jobs`, `/api/v1/failures`) with the bearer token the
+operator gives it. So serving the page widens nothing, and what a `read` token may see is decided in one
+place. The page loads nothing from outside corral (its Content-Security-Policy says so), because corral
+often runs where the internet is not reachable and a dashboard must not leak the URL it was opened with.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from datetime import datetime
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from pydantic import BaseModel
+
+from corral.api.auth import requires
+from corral.api.views import PoolView
+from corral.engine.reconciler import LIVE_STATES
+from corral.model import RunnerState
+from corral.service import Service
+
+WAIT_SAMPLE_JOBS = 200
+"""How many of the most recently received jobs the wait statistics are taken over."""
+
+STATIC_FILES = {
+    "dashboard.css": "text/css; charset=utf-8",
+    "dashboard.js": "text/javascript; charset=utf-8",
+}
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    # The token may arrive in the URL (`?token=`); the page removes it at once, and no request it makes
+    # may carry the URL elsewhere meanwhile.
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+
+
+class DashboardPool(PoolView):
+    """A pool as the dashboard shows it: the REST view plus whether an operator drained it."""
+
+    drained: bool
+
+
+class WaitStats(BaseModel):
+    """Queued -> started over recent jobs, in seconds, from GitHub's own timestamps."""
+
+    samples: int
+    median_s: float | None
+    p90_s: float | None
+    max_s: float | None
+
+
+class Summary(BaseModel):
+    """Everything the dashboard's header and pool cards need, in one request."""
+
+    generation: int
+    default_pool: str | None
+    reconcile_passes: int
+    pools: list[DashboardPool]
+    runners: dict[str, int]
+    """Live runners by state; every live state is present, zero or not."""
+    jobs: dict[str, int]
+    """Jobs corral knows of, by status."""
+    wait: WaitStats
+
+
+class FailureView(BaseModel):
+    """One runner's move to `failed`, with the reason corral recorded."""
+
+    at: datetime
+    runner_id: str
+    runner_name: str
+    pool: str
+    from_state: str | None
+    reason: str
+
+
+def wait_stats(waits: list[float]) -> WaitStats:
+    if not waits:
+        return WaitStats(samples=0, median_s=None, p90_s=None, max_s=None)
+    ordered = sorted(waits)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return WaitStats(samples=len(ordered), median_s=statistics.median(ordered), p90_s=p90, max_s=ordered[-1])
+
+
+def static_text(name: str) -> str:
+    return resources.files("corral.api").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def build_dashboard_router(service: Service) -> APIRouter:
+    """The page and its assets (public), and `/api/v1/summary` and `/api/v1/failures` (a `read` token)."""
+    router = APIRouter()
+    page = static_text("index.html")
+    assets = {name: (static_text(name), media_type) for name, media_type in STATIC_FILES.items()}
+
+    @router.get("/", include_in_schema=False)
+    async def index() -> Response:
+        return Response(page, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+
+    @router.get("/dashboard/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        if name not in assets:
+            raise HTTPException(status_code=404, detail=f"no dashboard file {name!r}")
+        text, media_type = assets[name]
+        return Response(text, media_type=media_type, headers=PAGE_HEADERS)
+
+    api = APIRouter(prefix="/api/v1", tags=["dashboard"], dependencies=[Depends(requires(service.store, "read"))])
+
+    @api.get("/summary")
+    async def summary() -> Summary:
+        drained = service.engine.drained
+        pools = [DashboardPool(**view.model_dump(), drained=view.name in drained) for view in service.pool_views()]
+        live = Counter(row.state for row in service.store.runners(states=LIVE_STATES))
+        waits = [
+            (job.started_at - job.queued_at).total_seconds()
+            for job in service.store.jobs(limit=WAIT_SAMPLE_JOBS)
+            if job.started_at is not None and job.queued_at is not None
+        ]
+        return Summary(
+            generation=service.engine.generation,
+            default_pool=service.config.default_pool,
+            reconcile_passes=service.engine.passes,
+            pools=pools,
+            runners={state.value: live[state.value] for state in RunnerState if state in LIVE_STATES},
+            jobs=service.store.job_counts(),
+            wait=wait_stats(waits),
+        )
+
+    @api.get("/failures")
+    async def failures(limit: Annotated[int, Query(ge=1, le=200)] = 20) -> list[FailureView]:
+        return [
+            FailureView(
+                at=event.at,
+                runner_id=runner.id,
+                runner_name=runner.name,
+                pool=runner.pool,
+                from_state=event.from_state,
+                reason=event.reason,
+            )
+            for event, runner in service.store.recent_failures(limit)
+        ]
+
+    router.include_router(api)
+    return router

@@ -1,0 +1,379 @@
+// corral dashboard: polls the authenticated REST API and renders pools, runners, jobs, waits and failures.
+// Everything is built with DOM calls and textContent, never innerHTML: job labels, repository names and
+// failure reasons come from outside corral and must not be able to inject markup.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "corral.token";
+  const POLL_MS = 1500;
+  const STALE_MS = 6000;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const POOL_COLORS = ["#2f6fde", "#8e44ad", "#e67e22", "#16a085", "#c0392b", "#7f8c8d", "#d35400", "#27ae60"];
+  const LIVE_STATES = ["pending", "creating", "booting", "idle", "busy", "finished", "failed", "deleting"];
+  const MAX_RUNNER_ROWS = 60;
+  const JOB_ROWS = 25;
+  const CHART_JOBS = 80;
+
+  const $ = (id) => document.getElementById(id);
+  let lastSuccess = 0;
+  let timer = null;
+  let poolColors = new Map();
+
+  // -- the token: from ?token= once, then from this tab's sessionStorage ----------------------------
+
+  function takeTokenFromUrl() {
+    const url = new URL(window.location.href);
+    const token = url.searchParams.get("token");
+    if (token === null) return;
+    url.searchParams.delete("token");
+    window.history.replaceState(null, "", url.pathname + url.search + url.hash);
+    if (token.trim()) sessionStorage.setItem(TOKEN_KEY, token.trim());
+  }
+
+  function token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  function showLogin(message) {
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    $("board").hidden = true;
+    $("forget").hidden = true;
+    $("login").hidden = false;
+    $("login-error").textContent = message || "";
+    setConnection("no token", "pill-plain");
+    $("overview").textContent = "";
+    $("token-input").focus();
+  }
+
+  function start() {
+    $("login").hidden = true;
+    $("board").hidden = false;
+    $("forget").hidden = false;
+    poll();
+  }
+
+  // -- small DOM helpers ----------------------------------------------------------------------------
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (key === "class") node.className = value;
+      else if (key === "style") node.style.cssText = value;
+      else node.setAttribute(key, value);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function stateBadge(state, count) {
+    const badge = el("span", { class: `state s-${state}` }, state);
+    if (count !== undefined) badge.append(" ", el("b", {}, count));
+    return badge;
+  }
+
+  function fillTable(tableId, emptyId, rows) {
+    const body = document.querySelector(`#${tableId} tbody`);
+    body.replaceChildren(...rows);
+    $(tableId).hidden = rows.length === 0;
+    $(emptyId).hidden = rows.length !== 0;
+  }
+
+  function setConnection(text, cls) {
+    const pill = $("connection");
+    pill.textContent = text;
+    pill.className = `pill ${cls}`;
+  }
+
+  // -- formatting -----------------------------------------------------------------------------------
+
+  function seconds(value) {
+    if (value === null || value === undefined) return "–";
+    if (value < 10) return `${value.toFixed(1)} s`;
+    if (value < 120) return `${Math.round(value)} s`;
+    if (value < 7200) return `${Math.round(value / 60)} min`;
+    return `${Math.round(value / 3600)} h`;
+  }
+
+  function tickLabel(value) {
+    return value < 10 ? `${Number(value.toFixed(2))} s` : seconds(value);
+  }
+
+  function since(iso) {
+    return seconds(Math.max(0, (Date.now() - Date.parse(iso)) / 1000));
+  }
+
+  function clock(iso) {
+    return iso ? new Date(iso).toLocaleTimeString([], { hour12: false }) : "–";
+  }
+
+  function waitOf(job) {
+    if (!job.queued_at || !job.started_at) return null;
+    return Math.max(0, (Date.parse(job.started_at) - Date.parse(job.queued_at)) / 1000);
+  }
+
+  function colorOf(pool) {
+    return poolColors.get(pool) || "var(--gone)";
+  }
+
+  // -- rendering ------------------------------------------------------------------------------------
+
+  function renderOverview(summary) {
+    const live = Object.values(summary.runners).reduce((a, b) => a + b, 0);
+    const jobs = summary.jobs;
+    $("overview").replaceChildren(
+      el("b", {}, summary.pools.length), " pools · ",
+      el("b", {}, live), " live runners · ",
+      el("b", {}, jobs.queued || 0), " queued, ",
+      el("b", {}, jobs.in_progress || 0), " running, ",
+      el("b", {}, jobs.completed || 0), " completed jobs · config generation ",
+      el("b", {}, summary.generation),
+    );
+  }
+
+  function renderPools(pools) {
+    poolColors = new Map(pools.map((pool, i) => [pool.name, POOL_COLORS[i % POOL_COLORS.length]]));
+    const cards = pools.map((pool) => {
+      const status = pool.ready
+        ? el("span", { class: "pill pill-ok" }, "ready")
+        : el("span", { class: "pill pill-bad" }, "not ready");
+      const capacity = Math.max(pool.max_runners, pool.starting + pool.idle + pool.busy + pool.failed, 1);
+      const segment = (count, color, what) =>
+        el("span", { style: `width:${(100 * count) / capacity}%;background:${color}`, title: `${count} ${what}` });
+      return el(
+        "article",
+        { class: "pool", style: `--pool-color:${colorOf(pool.name)}`, "data-pool": pool.name },
+        el(
+          "div",
+          { class: "pool-head" },
+          el("span", { class: "pool-name" }, pool.name),
+          pool.default ? el("span", { class: "pill pill-plain" }, "default") : null,
+          pool.drained ? el("span", { class: "pill pill-wait" }, "drained") : null,
+          pool.removed ? el("span", { class: "pill pill-wait" }, "removed") : null,
+          status,
+        ),
+        pool.ready ? null : el("p", { class: "pool-reason" }, pool.reason || "not ready"),
+        el(
+          "div",
+          { class: "pool-figures" },
+          ...[
+            ["desired", pool.desired],
+            ["idle", pool.idle],
+            ["busy", pool.busy],
+            ["starting", pool.starting],
+            ["failed", pool.failed],
+          ].map(([name, value]) => el("div", { "data-figure": name }, el("b", {}, value), el("span", {}, name))),
+        ),
+        el(
+          "div",
+          { class: "bar", title: `${pool.max_runners} at most` },
+          segment(pool.busy, "var(--busy)", "busy"),
+          segment(pool.idle, "var(--idle)", "idle"),
+          segment(pool.starting, "var(--starting)", "starting"),
+          segment(pool.failed, "var(--bad)", "failed"),
+        ),
+        el(
+          "p",
+          { class: "pool-foot" },
+          `${pool.queued_jobs} queued · min idle ${pool.min_idle} · max ${pool.max_runners}`,
+          pool.deleting ? ` · ${pool.deleting} deleting` : "",
+        ),
+      );
+    });
+    $("pools").replaceChildren(...cards);
+  }
+
+  function renderRunners(counts, runners) {
+    $("runner-states").replaceChildren(...LIVE_STATES.map((state) => stateBadge(state, counts[state] || 0)));
+    const order = new Map(LIVE_STATES.map((state, i) => [state, i]));
+    const sorted = [...runners].sort(
+      (a, b) => a.pool.localeCompare(b.pool) || order.get(a.state) - order.get(b.state) || a.name.localeCompare(b.name),
+    );
+    const rows = sorted.slice(0, MAX_RUNNER_ROWS).map((runner) =>
+      el(
+        "tr",
+        { "data-state": runner.state },
+        el("td", { class: "mono" }, runner.name),
+        el("td", {}, runner.pool),
+        el("td", {}, stateBadge(runner.state)),
+        el("td", { class: "num" }, since(runner.state_changed_at)),
+      ),
+    );
+    if (sorted.length > MAX_RUNNER_ROWS) {
+      rows.push(el("tr", {}, el("td", { class: "more", colspan: "4" }, `and ${sorted.length - MAX_RUNNER_ROWS} more`)));
+    }
+    fillTable("runners", "runners-empty", rows);
+  }
+
+  function renderJobs(jobs) {
+    const rows = jobs.slice(0, JOB_ROWS).map((job) =>
+      el(
+        "tr",
+        {},
+        el("td", { class: "mono" }, job.id),
+        el("td", {}, job.repository),
+        el("td", { class: "labels" }, job.labels.join(", ")),
+        el("td", {}, job.pool || "unmatched"),
+        el("td", {}, stateBadge(job.status)),
+        el("td", { class: "num" }, seconds(waitOf(job))),
+        el("td", { class: "num" }, clock(job.queued_at)),
+      ),
+    );
+    fillTable("jobs", "jobs-empty", rows);
+  }
+
+  function renderFailures(failures) {
+    const rows = failures.map((failure) =>
+      el(
+        "tr",
+        {},
+        el("td", { class: "num", title: failure.at }, `${since(failure.at)} ago`),
+        el("td", {}, el("span", { class: "mono" }, failure.runner_name), el("br"), `${failure.pool}, was ${failure.from_state || "new"}`),
+        el("td", { class: "reason" }, failure.reason),
+      ),
+    );
+    fillTable("failures", "failures-empty", rows);
+  }
+
+  // A y axis that ends on a round number with round ticks: 1, 2 or 5 times a power of ten.
+  function niceScale(value) {
+    const power = 10 ** Math.floor(Math.log10(Math.max(value, 1)));
+    for (const factor of [1, 2, 5, 10]) {
+      if (factor * power >= value) return { ceiling: factor * power, ticks: factor === 2 ? 4 : 5 };
+    }
+    return { ceiling: 10 * power, ticks: 5 };
+  }
+
+  function renderLatency(jobs, wait) {
+    $("wait-figures").replaceChildren(
+      "median ", el("b", {}, seconds(wait.median_s)),
+      " · p90 ", el("b", {}, seconds(wait.p90_s)),
+      " · max ", el("b", {}, seconds(wait.max_s)),
+      ` over ${wait.samples} jobs`,
+    );
+    const started = jobs
+      .filter((job) => waitOf(job) !== null)
+      .sort((a, b) => Date.parse(a.queued_at) - Date.parse(b.queued_at) || a.id - b.id)
+      .slice(-CHART_JOBS);
+    const width = 640, height = 220, left = 40, right = 10, top = 12, bottom = 26;
+    const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "wait per job" });
+    const plotW = width - left - right, plotH = height - top - bottom;
+    const { ceiling, ticks } = niceScale(Math.max(1, ...started.map(waitOf)));
+    const y = (value) => top + plotH - (plotH * value) / ceiling;
+    for (let i = 0; i <= ticks; i++) {
+      const value = (ceiling * i) / ticks;
+      chart.append(
+        svg("line", { class: "axis", x1: left, x2: width - right, y1: y(value), y2: y(value) }),
+        svg("text", { class: "tick", x: left - 6, y: y(value) + 4, "text-anchor": "end" }, tickLabel(value)),
+      );
+    }
+    if (started.length === 0) {
+      chart.append(svg("text", { class: "tick", x: left + plotW / 2, y: top + plotH / 2, "text-anchor": "middle" }, "no job has started yet"));
+    }
+    const slot = plotW / Math.max(started.length, 20);
+    started.forEach((job, i) => {
+      const value = waitOf(job);
+      const bar = svg("rect", {
+        x: left + i * slot + slot * 0.15,
+        y: y(value),
+        width: Math.max(1, slot * 0.7),
+        height: Math.max(1, y(0) - y(value)),
+        fill: colorOf(job.pool),
+        rx: 1.5,
+      });
+      bar.append(svg("title", {}, `job ${job.id} (${job.pool || "unmatched"}): waited ${seconds(value)}`));
+      chart.append(bar);
+    });
+    if (started.length) {
+      chart.append(
+        svg("text", { class: "tick", x: left, y: height - 8 }, clock(started[0].queued_at)),
+        svg("text", { class: "tick", x: width - right, y: height - 8, "text-anchor": "end" }, clock(started[started.length - 1].queued_at)),
+      );
+    }
+    if (wait.median_s !== null && started.length) {
+      const my = y(Math.min(wait.median_s, ceiling));
+      chart.append(svg("line", { class: "median", x1: left, x2: width - right, y1: my, y2: my }));
+    }
+    const pools = [...new Set(started.map((job) => job.pool || "unmatched"))].sort();
+    const legend = el(
+      "div",
+      { class: "legend" },
+      ...pools.map((pool) => el("span", {}, el("i", { style: `background:${colorOf(pool)}` }), pool)),
+      started.length ? el("span", {}, el("i", { class: "median-key" }), "median") : null,
+    );
+    $("latency").replaceChildren(chart, legend);
+  }
+
+  // -- polling --------------------------------------------------------------------------------------
+
+  class Unauthorized extends Error {}
+
+  async function get(path) {
+    const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` }, cache: "no-store" });
+    if (response.status === 401) throw new Unauthorized("the token was refused");
+    if (response.status === 403) throw new Unauthorized("this token's scope cannot read the API");
+    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+    return response.json();
+  }
+
+  async function poll() {
+    timer = null;
+    if (!token()) return showLogin();
+    try {
+      const [summary, runners, jobs, failures] = await Promise.all([
+        get("api/v1/summary"),
+        get("api/v1/runners"),
+        get("api/v1/jobs?limit=200"),
+        get("api/v1/failures?limit=15"),
+      ]);
+      renderOverview(summary);
+      renderPools(summary.pools);
+      renderRunners(summary.runners, runners);
+      renderJobs(jobs);
+      renderLatency(jobs, summary.wait);
+      renderFailures(failures);
+      lastSuccess = Date.now();
+      setConnection("live", "pill-ok");
+      document.body.dataset.rendered = "true";
+    } catch (error) {
+      if (error instanceof Unauthorized) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        return showLogin(`${error.message}; give another token.`);
+      }
+      const stale = Date.now() - lastSuccess > STALE_MS;
+      setConnection(stale ? "disconnected, retrying" : "retrying", stale ? "pill-bad" : "pill-wait");
+    }
+    timer = setTimeout(poll, POLL_MS);
+  }
+
+  function init() {
+    takeTokenFromUrl();
+    $("login-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const input = $("token-input");
+      const value = input.value.trim();
+      input.value = "";
+      if (!value) return;
+      sessionStorage.setItem(TOKEN_KEY, value);
+      start();
+    });
+    $("forget").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin("Token forgotten.");
+    });
+    if (token()) start();
+    else showLogin();
+  }
+
+  init();
+})();

@@ -1,0 +1,205 @@
+"""The dashboard: the page at `/` renders a running corral's pools and runners in a real (headless) browser,
+and the endpoints it reads need a token and never hand out a secret."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.local import LocalCorral, corral_config, pool_spec
+from corral.sandbox.server import Sandbox
+from tests.waiting import wait_until
+
+ORG = "octo-org"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install -y chromium)"
+)
+
+
+@pytest.fixture
+def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
+    started: list[LocalCorral] = []
+
+    def start(pools: dict[str, Any], **extra: Any) -> LocalCorral:
+        document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", pools, **extra)
+        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
+        started.append(corral)
+        return corral
+
+    yield start
+    for corral in started:
+        corral.stop()
+
+
+def summary(corral: LocalCorral) -> dict[str, Any]:
+    with corral.api() as api:
+        response = api.get("/api/v1/summary")
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def pools_of(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {pool["name"]: pool for pool in body["pools"]}
+
+
+def warm(corral: LocalCorral, idle: dict[str, int]) -> dict[str, Any]:
+    """Wait until each named pool has exactly this many idle runners; return that summary."""
+
+    def probe() -> dict[str, Any] | None:
+        body = summary(corral)
+        return body if {name: pools_of(body)[name]["idle"] for name in idle} == idle else None
+
+    return wait_until(probe, timeout=20, what=f"idle runners {idle}")
+
+
+def secrets_of(sandbox: Sandbox, corral: LocalCorral) -> list[str]:
+    return [sandbox.info.pat, sandbox.info.webhook_secret, corral.token]
+
+
+# -- the API the page reads -----------------------------------------------------------------------------
+
+
+def test_the_page_is_public_but_its_data_needs_a_read_token(
+    sandbox: Sandbox, start_corral: Any, control: httpx.Client
+) -> None:
+    corral = start_corral({"dashtest": pool_spec(["small"])})
+    metrics_token = corral.service.store.create_token("scraper", "metrics")[1]
+    with httpx.Client(base_url=corral.url, timeout=10) as anonymous:
+        page = anonymous.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in page.headers["content-security-policy"], "no asset may come from elsewhere"
+        assert "dashtest" not in page.text, "the page itself carries no data"
+        assert anonymous.get("/dashboard/dashboard.js").status_code == 200
+        assert anonymous.get("/dashboard/corral.db").status_code == 404, "only the page's own files are served"
+        for path in ("/api/v1/summary", "/api/v1/failures"):
+            assert anonymous.get(path).status_code == 401
+            forbidden = anonymous.get(path, headers={"Authorization": f"Bearer {metrics_token}"})
+            assert forbidden.status_code == 403, "a metrics token cannot read the dashboard's data"
+
+
+def test_summary_shows_pools_runners_jobs_and_waits(sandbox: Sandbox, start_corral: Any, control: httpx.Client) -> None:
+    corral = start_corral(
+        {"small": pool_spec(["small"], min_idle=2), "gpu": pool_spec(["gpu"], max_runners=2)}, default_pool="small"
+    )
+    warm(corral, {"small": 2})
+    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted", "gpu"], "duration": 0}).json()
+    wait_until(lambda: control.get(f"/jobs/{job['id']}").json()["status"] == "completed", what="gpu job done")
+
+    def job_counted() -> dict[str, Any] | None:
+        body = summary(corral)
+        return body if body["jobs"].get("completed") == 1 else None
+
+    body = wait_until(job_counted, what="the completed job in the summary")
+    pools = pools_of(body)
+    assert set(pools) == {"gpu", "small"}
+    assert (pools["small"]["default"], pools["small"]["ready"], pools["small"]["desired"]) == (True, True, 2)
+    assert pools["gpu"]["default"] is False and pools["gpu"]["drained"] is False
+    assert body["runners"]["idle"] >= 2 and set(body["runners"]) >= {"pending", "booting", "busy", "failed"}
+    assert body["wait"]["samples"] == 1 and body["wait"]["median_s"] is not None
+    assert body["default_pool"] == "small" and body["generation"] == 1
+
+    with corral.api() as api:
+        api.post("/api/v1/pools/gpu/drain").raise_for_status()
+    gpu = pools_of(summary(corral))["gpu"]
+    assert (gpu["drained"], gpu["ready"], gpu["reason"]) == (True, False, "drained by an operator")
+
+
+def test_failures_list_boot_failures_with_their_reason_and_no_secret(
+    sandbox: Sandbox, start_corral: Any, control: httpx.Client
+) -> None:
+    control.put("/faults", json={"world": {"boot_failure_rate": 1.0}}).raise_for_status()
+    corral = start_corral({"small": pool_spec(["small"], min_idle=1)})
+
+    def failures() -> list[dict[str, Any]]:
+        with corral.api() as api:
+            body: list[dict[str, Any]] = api.get("/api/v1/failures").json()
+        return body
+
+    listed = wait_until(failures, timeout=20, what="a failed runner listed")
+    control.put("/faults", json={}).raise_for_status()
+    newest = listed[0]
+    assert newest["pool"] == "small" and newest["runner_name"].startswith("corral-small-")
+    assert newest["reason"].startswith("server in ERROR"), newest
+    assert newest["from_state"] in ("creating", "booting")
+    with corral.api() as api:
+        texts = [api.get(path).text for path in ("/api/v1/failures", "/api/v1/summary")]
+    for text in texts:
+        for secret in secrets_of(sandbox, corral):
+            assert secret not in text
+        assert "jit" not in text.lower()
+
+
+# -- the page in a browser --------------------------------------------------------------------------------
+
+
+def render(url: str, profile: Path) -> str:
+    """The DOM after the page's scripts have run a few polls (Chromium's virtual time, not a sleep)."""
+    assert CHROMIUM is not None
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        url,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def elements(dom: str, attribute: str) -> list[str]:
+    return re.findall(rf'{attribute}="([^"]*)"', dom)
+
+
+@needs_chromium
+def test_the_dashboard_renders_pools_and_runners_in_a_browser(
+    sandbox: Sandbox, start_corral: Any, tmp_path: Path
+) -> None:
+    corral = start_corral(
+        {"small": pool_spec(["small"], min_idle=2), "large": pool_spec(["large"], min_idle=1, flavor="m1.large")},
+        default_pool="small",
+    )
+    warm(corral, {"small": 2, "large": 1})
+    token = corral.service.store.create_token("browser", "read")[1]
+
+    dom = render(f"{corral.url}/?token={token}", tmp_path / "profile")
+
+    assert 'data-rendered="true"' in dom, "the page rendered data from the API"
+    assert sorted(elements(dom, "data-pool")) == ["large", "small"]
+    assert elements(dom, "data-state").count("idle") == 3, "one table row per idle runner"
+    assert re.search(r'data-pool="small".*?>default<', dom, re.S), "the default pool is marked"
+    assert ">ready<" in dom and "not ready" not in dom
+    assert "corral-small-" in dom and "corral-large-" in dom
+    assert token not in dom, "the token never appears in the page"
+
+
+@needs_chromium
+def test_the_dashboard_asks_again_when_the_token_is_refused(
+    sandbox: Sandbox, start_corral: Any, tmp_path: Path
+) -> None:
+    corral = start_corral({"small": pool_spec(["small"], min_idle=1)})
+    warm(corral, {"small": 1})
+
+    dom = render(f"{corral.url}/?token=corral_wrong_token", tmp_path / "profile")
+
+    assert "the token was refused" in dom
+    assert re.search(r'<section id="login" class="login">', dom), "the token form is shown"
+    assert "data-pool" not in dom and "corral_wrong_token" not in dom

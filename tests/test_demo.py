@@ -1,0 +1,99 @@
+"""`corral demo` as a newcomer runs it: jobs are served, the printed dashboard URL works, and when it ends,
+by time or by Ctrl-C, nothing is left in the cloud or on GitHub and the exit status says so."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import IO
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+DEMO = [sys.executable, "-m", "corral.cli", "demo", "--port", "0", "--jobs-per-minute", "60"]
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*DEMO, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+@pytest.fixture
+def demos() -> Iterator[list[subprocess.Popen[str]]]:
+    """Started demos; any still running when a test fails is killed rather than left behind."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def read_until(stream: IO[str], pattern: str, seen: list[str]) -> re.Match[str]:
+    """Read lines (keeping them in `seen`) until one matches; the demo prints progress every few seconds,
+    and pytest-timeout bounds the whole test if it never does."""
+    for line in stream:
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"the demo ended before printing {pattern!r}:\n{''.join(seen)}")
+
+
+def summary_figures(output: str) -> dict[str, int]:
+    served = re.search(r"jobs served\s+(\d+) of (\d+) submitted", output)
+    leaks = re.search(r"leaks found\s+(\d+)", output)
+    created = re.search(r"runners created\s+(\d+)", output)
+    assert served and leaks and created, output
+    return {
+        "served": int(served[1]),
+        "submitted": int(served[2]),
+        "leaks": int(leaks[1]),
+        "runners_created": int(created[1]),
+    }
+
+
+@pytest.mark.timeout(120)
+def test_a_timed_demo_serves_jobs_shows_a_working_dashboard_and_leaks_nothing(
+    demos: list[subprocess.Popen[str]],
+) -> None:
+    demo = start("--duration", "15")
+    demos.append(demo)
+    assert demo.stdout is not None
+    seen: list[str] = []
+    url = read_until(demo.stdout, r"dashboard: (http://\S+)", seen)[1]
+    token = parse_qs(urlsplit(url).query)["token"][0]
+    with httpx.Client(base_url=url.split("/?")[0], timeout=10) as client:
+        assert "<title>corral</title>" in client.get("/").text
+        pools = client.get("/api/v1/summary", headers={"Authorization": f"Bearer {token}"}).json()["pools"]
+    assert {pool["name"]: pool["default"] for pool in pools} == {"small": True, "large": False, "gpu": False}
+
+    rest, _ = demo.communicate(timeout=100)
+    output = "".join(seen) + rest
+    assert demo.returncode == 0, output
+    figures = summary_figures(output)
+    assert figures["served"] > 0 and figures["served"] == figures["submitted"], output
+    assert figures["runners_created"] >= figures["served"]
+    assert figures["leaks"] == 0
+    assert "median wait" in output
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_the_demo_cleanly_with_a_summary(demos: list[subprocess.Popen[str]]) -> None:
+    demo = start()
+    demos.append(demo)
+    assert demo.stdout is not None
+    seen: list[str] = []
+    read_until(demo.stdout, r"running: jobs queued", seen)
+    demo.send_signal(signal.SIGINT)
+
+    rest, _ = demo.communicate(timeout=100)
+    output = "".join(seen) + rest
+    assert demo.returncode == 0, output
+    assert "Traceback" not in output
+    assert summary_figures(output)["leaks"] == 0
