@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from corral import __version__
-from corral.commands import client, tokens
+from corral.commands import client, database, tokens
 
 
 def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -119,36 +119,6 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_migrate_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subcommands.add_parser("migrate", help="create or upgrade the database schema")
-    parser.add_argument("--config", type=Path, help="take database_url from this config file")
-    parser.add_argument("--database-url", help="database URL (overrides the config file)")
-    parser.set_defaults(handler=_migrate)
-
-
-def _migrate(args: argparse.Namespace) -> int:
-    from corral.config import ConfigError, load_config
-    from corral.store import Store
-
-    url = args.database_url
-    if url is None and args.config is not None:
-        try:
-            url = load_config(args.config).database_url
-        except ConfigError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-    if url is None:
-        print("corral migrate: give --database-url or --config", file=sys.stderr)
-        return 2
-    store = Store(url)
-    try:
-        store.migrate()
-    finally:
-        store.close()
-    print("schema is up to date")
-    return 0
-
-
 def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser("serve", help="run corral: the engine and its API")
     parser.add_argument("--config", type=Path, required=True, help="corral.yaml")
@@ -190,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sandbox_parser(subcommands)
     _add_demo_parser(subcommands)
     _add_config_parser(subcommands)
-    _add_migrate_parser(subcommands)
+    database.add_migrate_parser(subcommands)
     tokens.add_parser(subcommands)
     client.add_parsers(subcommands)
     return parser

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from corral.api.auth import SCOPES
+from corral.commands.database import add_database_arguments, open_store
 from corral.commands.output import emit
-from corral.config import ConfigError, load_config
-from corral.store import Store
 
 
 def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser("token", help="create, list and revoke API tokens")
-    parser.add_argument("--config", type=Path, help="take database_url from this config file")
-    parser.add_argument("--database-url", help="database URL (overrides the config file)")
+    add_database_arguments(parser)
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
     create = actions.add_parser("create", help="create a token; it is printed once and stored hashed")
     create.add_argument("--name", required=True, help="who or what uses it, e.g. grafana")
@@ -29,24 +26,8 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     revoke.set_defaults(handler=_revoke)
 
 
-def _store(args: argparse.Namespace) -> Store | None:
-    url = args.database_url
-    if url is None and args.config is not None:
-        try:
-            url = load_config(args.config).database_url
-        except ConfigError as exc:
-            print(exc, file=sys.stderr)
-            return None
-    if url is None:
-        print("corral token: give --config or --database-url", file=sys.stderr)
-        return None
-    store = Store(url)
-    store.migrate()
-    return store
-
-
 def _create(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = open_store(args, "token")
     if store is None:
         return 2
     token, text = store.create_token(args.name, args.scope)
@@ -57,7 +38,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = open_store(args, "token")
     if store is None:
         return 2
     rows = [
@@ -77,7 +58,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = open_store(args, "token")
     if store is None:
         return 2
     revoked = store.revoke_token(args.id)

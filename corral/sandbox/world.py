@@ -16,7 +16,6 @@ import dataclasses
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,6 @@ from corral.sandbox.cloud.state import CloudState
 from corral.sandbox.faults import Faults
 from corral.sandbox.github.state import GitHubState
 from corral.sandbox.stats import Stats
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def isoformat(moment: datetime | None) -> str | None:
-    """GitHub's and Nova's timestamp shape: second precision with a `Z`."""
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

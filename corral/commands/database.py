@@ -1,0 +1,47 @@
+"""Commands that work on the database directly: `corral migrate`, and the store that `token` uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from corral.config import ConfigError, load_config
+from corral.store import Store
+
+
+def add_database_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="take database_url from this config file")
+    parser.add_argument("--database-url", help="database URL (overrides the config file)")
+
+
+def open_store(args: argparse.Namespace, command: str) -> Store | None:
+    """The migrated store named by --database-url or --config; None (after saying why) if neither works."""
+    url = args.database_url
+    if url is None and args.config is not None:
+        try:
+            url = load_config(args.config).database_url
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            return None
+    if url is None:
+        print(f"corral {command}: give --config or --database-url", file=sys.stderr)
+        return None
+    store = Store(url)
+    store.migrate()
+    return store
+
+
+def add_migrate_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser("migrate", help="create or upgrade the database schema")
+    add_database_arguments(parser)
+    parser.set_defaults(handler=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    store = open_store(args, "migrate")
+    if store is None:
+        return 2
+    store.close()
+    print("schema is up to date")
+    return 0
