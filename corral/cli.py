@@ -97,6 +97,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     return run_demo(DemoOptions(duration_s=args.duration, jobs_per_minute=args.jobs_per_minute, port=args.port))
 
 
+def _report_problems(path: Path, problems: list[str]) -> int:
+    """Every configuration problem on stderr, one per line; the exit code for a bad configuration."""
+    print(f"{path}: {len(problems)} problem(s)", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 1
+
+
 def _add_config_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser("config", help="work with configuration files")
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
@@ -111,10 +119,7 @@ def _check_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.file)
     except ConfigError as exc:
-        print(f"{args.file}: {len(exc.problems)} problem(s)", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 1
+        return _report_problems(args.file, exc.problems)
     print(f"{args.file}: ok ({len(config.pools)} pools, default {config.default_pool})")
     return 0
 
@@ -142,10 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         service = Service.from_file(args.config)
     except ConfigError as exc:
-        print(f"{args.config}: {len(exc.problems)} problem(s)", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 1
+        return _report_problems(args.config, exc.problems)
     asyncio.run(serve(service, host, int(port)))
     return 0
 
