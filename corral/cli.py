@@ -128,14 +128,18 @@ def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentP
     parser = subcommands.add_parser("serve", help="run corral: the engine and its API")
     parser.add_argument("--config", type=Path, required=True, help="corral.yaml")
     parser.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT for the API (default 127.0.0.1:8080)")
+    parser.add_argument(
+        "--log-format", choices=["console", "json"], default="console", help="log lines as text or JSON"
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(handler=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
     from corral.config import ConfigError
+    from corral.logs import configure_logging
     from corral.serve import serve
     from corral.service import Service
 
@@ -143,7 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not host or not port.isdigit():
         print(f"corral serve: --listen {args.listen!r} is not HOST:PORT", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, args.log_level)
     try:
         service = Service.from_file(args.config)
     except ConfigError as exc:

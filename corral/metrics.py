@@ -26,3 +26,33 @@ WEBHOOKS = Counter("corral_webhooks_total", "Webhook deliveries by outcome", ["o
 JOBS_RECOVERED = Counter(
     "corral_jobs_recovered_total", "Jobs found without their webhook, by how", ["how"], registry=REGISTRY
 )
+GITHUB_CALLS = Counter(
+    "corral_github_calls_total", "GitHub API calls by endpoint and status", ["endpoint", "status"], registry=REGISTRY
+)
+GITHUB_CALL_SECONDS = Histogram("corral_github_call_seconds", "GitHub call duration", ["endpoint"], registry=REGISTRY)
+GITHUB_RATE_LIMIT_REMAINING = Gauge(
+    "corral_github_rate_limit_remaining", "GitHub's X-RateLimit-Remaining, last seen", ["resource"], registry=REGISTRY
+)
+JOBS = Gauge("corral_jobs", "Jobs known to corral by status (as of the last pass)", ["status"], registry=REGISTRY)
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+QUEUED_TO_CREATE_SECONDS = Histogram(
+    "corral_queued_to_create_seconds",
+    "From a job's arrival (webhook or poll) to the create request of a runner started for it",
+    ["pool"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUED_TO_RUNNING_SECONDS = Histogram(
+    "corral_queued_to_running_seconds",
+    "From a job being queued to it starting on a runner (GitHub's timestamps)",
+    ["pool"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+RUNNER_BOOT_SECONDS = Histogram(
+    "corral_runner_boot_seconds",
+    "From a runner's create request to its registration coming online",
+    ["pool"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.github.webhooks import MalformedPayload, parse_workflow_job, signature_valid
-from corral.metrics import WEBHOOKS
+from corral.metrics import QUEUED_TO_RUNNING_SECONDS, WEBHOOKS
 from corral.model import JobState
 from corral.policy import match_pool
 from corral.service import Service
@@ -76,6 +76,8 @@ def build_webhook_router(service: Service, secret: bytes) -> APIRouter:
         if pool is None and job.status is JobState.QUEUED:
             logger.info("job %d of %s fits no pool (labels %s)", job.job_id, job.repository, job.labels)
             WEBHOOKS.labels("unmatched").inc()
+        if job.status is JobState.IN_PROGRESS and job.queued_at and job.started_at:
+            QUEUED_TO_RUNNING_SECONDS.labels(pool or "none").observe((job.started_at - job.queued_at).total_seconds())
         if pool is not None:
             service.engine.request_scale(pool)
         return _answer(202, "recorded", "recorded")

@@ -42,7 +42,10 @@ from corral.metrics import (
     CLOUD_CALLS,
     CREATE_FAILURES,
     GITHUB_ERRORS,
+    JOBS,
+    QUEUED_TO_CREATE_SECONDS,
     RECONCILE_SECONDS,
+    RUNNER_BOOT_SECONDS,
     RUNNER_TRANSITIONS,
     RUNNERS,
 )
@@ -209,6 +212,7 @@ class Engine:
             fields: dict[str, object] = {"server_id": server.id} if server and row.server_id is None else {}
             if verdict.target in (RunnerState.IDLE, RunnerState.BUSY) and row.registered_at is None:
                 fields["registered_at"] = utcnow()
+                RUNNER_BOOT_SECONDS.labels(row.pool).observe((utcnow() - row.created_at).total_seconds())
             moved = self._move(row, verdict.target, verdict.reason, **fields)
             if moved is None:
                 return row
@@ -227,7 +231,21 @@ class Engine:
         if target is RunnerState.FAILED:
             CREATE_FAILURES.labels(row.pool, reason.split(":", 1)[0][:60]).inc()
         RUNNER_TRANSITIONS.labels(row.pool, target.value).inc()
-        logger.info("runner %s (pool %s): %s -> %s: %s", row.name, row.pool, row.state, target.value, reason)
+        logger.info(
+            "runner %s (pool %s): %s -> %s: %s",
+            row.name,
+            row.pool,
+            row.state,
+            target.value,
+            reason,
+            extra={
+                "runner": row.name,
+                "pool": row.pool,
+                "from_state": row.state,
+                "to_state": target.value,
+                "reason": reason,
+            },
+        )
         return moved
 
     # -- cleaning up ------------------------------------------------------------------------------
@@ -398,6 +416,19 @@ class Engine:
                 if job_id is not None:
                     self.store.runner_started_for(job_id)
                 RUNNER_TRANSITIONS.labels(pool_name, RunnerState.PENDING.value).inc()
+                logger.info(
+                    "runner %s (pool %s): -> pending: %s",
+                    row.name,
+                    pool_name,
+                    reason,
+                    extra={
+                        "runner": row.name,
+                        "pool": pool_name,
+                        "from_state": None,
+                        "to_state": "pending",
+                        "reason": reason,
+                    },
+                )
                 self._in_flight.add(row.id)
                 self._spawn(self._create(row, pool_name, pool))
         if plan.surplus_idle:
@@ -446,6 +477,7 @@ class Engine:
         moved = self._move(row, RunnerState.CREATING, "server requested")
         if moved is None:
             return
+        self._observe_queued_to_create(moved)
         user_data = render_user_data(
             self.template, jit_config=jit.encoded, runner_name=row.name, pool=pool_name, labels=list(pool.labels)
         )
@@ -468,6 +500,11 @@ class Engine:
         backoff.succeeded()
         self.log_once.clear(f"quota:{pool_name}")
         self._move(moved, RunnerState.BOOTING, f"server {server.id} created", server_id=server.id)
+
+    def _observe_queued_to_create(self, row: Runner) -> None:
+        job = self.store.job(row.job_id) if row.job_id is not None else None
+        if job is not None:
+            QUEUED_TO_CREATE_SECONDS.labels(row.pool).observe((utcnow() - job.received_at).total_seconds())
 
     def _server_spec(
         self, pool_name: str, pool: PoolConfig, *, runner_id: str, runner_name: str, user_data: str
@@ -531,6 +568,8 @@ class Engine:
 
     def _publish(self, rows: list[Runner]) -> None:
         """Gauges and pool status rows, from this pass's view."""
+        for status, count in self.store.job_counts().items():
+            JOBS.labels(status).set(count)
         counts = Counter((row.pool, row.state) for row in self.store.runners(states=LIVE_STATES))
         pools = set(self.config.pools) | {pool for pool, _ in counts}
         for pool in pools:

@@ -10,6 +10,7 @@ are not waited out inside a call (that could stall a reconcile pass for an hour)
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from githubkit_schemas.latest.models import (
 )
 
 from corral.config import GitHubConfig, ScopeConfig
+from corral.metrics import GITHUB_CALL_SECONDS, GITHUB_CALLS, GITHUB_RATE_LIMIT_REMAINING
 
 T = TypeVar("T")
 
@@ -179,16 +181,30 @@ class GitHubClient:
             page += 1
 
     async def _call(self, client: GitHub[Any], method: str, path: str, **kwargs: Any) -> Any:
+        """One request with metrics (by endpoint and status, with duration) and errors made ours."""
+        endpoint = endpoint_label(method, path)
+        started = time.perf_counter()
+        status = "error"
         try:
-            return await client.arequest(method, path, **kwargs)
+            response = await client.arequest(method, path, **kwargs)
+            status = str(response.status_code)
+            _record_rate_limit(response.headers)
+            return response
         except RateLimitExceeded as exc:
+            status = str(exc.response.status_code)
+            _record_rate_limit(exc.response.headers)
             retry_after = exc.retry_after.total_seconds() if isinstance(exc.retry_after, timedelta) else 60.0
             raise GitHubRateLimited(f"{method} {path}: rate limited", retry_after) from None
         except RequestFailed as exc:
-            status = exc.response.status_code
-            raise GitHubError(f"{method} {path}: HTTP {status}: {_message(exc)}", status=status) from None
+            status = str(exc.response.status_code)
+            _record_rate_limit(exc.response.headers)
+            code = exc.response.status_code
+            raise GitHubError(f"{method} {path}: HTTP {code}: {_message(exc)}", status=code) from None
         except RequestError as exc:
             raise GitHubError(f"{method} {path}: {type(exc.exc).__name__}") from None
+        finally:
+            GITHUB_CALLS.labels(endpoint, status).inc()
+            GITHUB_CALL_SECONDS.labels(endpoint).observe(time.perf_counter() - started)
 
     # -- runners ----------------------------------------------------------------------------------
 
@@ -357,6 +373,22 @@ def _next_cursor(link: str) -> str | None:
             cursor: str | None = httpx.URL(url).params.get("cursor")
             return cursor
     return None
+
+
+def endpoint_label(method: str, path: str) -> str:
+    """`GET /orgs/{owner}/actions/runners/{id}`: the path with names and ids folded, for bounded metrics."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    names = {"orgs": ["{owner}"], "enterprises": ["{owner}"], "users": ["{owner}"], "repos": ["{owner}", "{repo}"]}
+    for offset, placeholder in enumerate(names.get(parts[0], []), start=1):
+        if offset < len(parts):
+            parts[offset] = placeholder
+    return f"{method} /" + "/".join("{id}" if part.isdigit() else part for part in parts)
+
+
+def _record_rate_limit(headers: httpx.Headers) -> None:
+    remaining = headers.get("x-ratelimit-remaining")
+    if remaining is not None and remaining.isdigit():
+        GITHUB_RATE_LIMIT_REMAINING.labels(headers.get("x-ratelimit-resource", "core")).set(int(remaining))
 
 
 def _message(exc: RequestFailed) -> str:
