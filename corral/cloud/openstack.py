@@ -3,14 +3,23 @@
 Ownership is metadata on the server (and a tag, where the compute API has tags) naming the installation,
 the pool and the runner; names are for humans. Listing owned servers is one paginated call per pass:
 filtered by tag on the server side when Nova supports it (tags on create need 2.52), by metadata otherwise.
+
+Idempotent calls (reads and deletes) are retried a couple of times when the connection drops or the API
+answers 502/503/504, because a load balancer closing a pooled keep-alive connection is routine and should
+not fail a whole reconcile pass. Creates are never retried blindly: a create whose answer was lost may have
+made a server, and the engine's intent-first bookkeeping, not a second POST, is what settles that.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import openstack
 import openstack.connection
@@ -31,9 +40,20 @@ from corral.cloud.provider import (
 )
 from corral.config import CloudConfig
 
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 TAGS_MICROVERSION = "2.52"
 """Tags on create need 2.52 (filtering by tag works from 2.26); below that, ownership is metadata only."""
 VOLUME_TYPE_MICROVERSION = "2.67"
+"""`volume_type` in a block device mapping needs 2.67; older clouds refuse the whole create."""
+DEFAULT_TIMEOUT_S = 60.0
+"""keystoneauth waits for ever by default: one hung API call would hold an engine worker thread for good."""
+RETRY_DELAYS_S = (0.2, 1.0)
+"""Pauses before the second and third attempt of an idempotent call; short, because the engine's next
+pass is the real retry and a cloud that is down for longer should surface as `CloudTransientError` quickly."""
+RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
 def connect(config: CloudConfig) -> openstack.connection.Connection:
@@ -45,20 +65,43 @@ def ownership_tag(installation: str) -> str:
     return f"corral.{installation}"
 
 
+def _is_quota(status: int, detail: str) -> bool:
+    """Nova says "Quota exceeded for instances: ..." for its own quotas but "Maximum number of ports exceeded"
+    when Neutron's port quota is what ran out; both mean "wait", unlike "Maximum number of metadata items
+    exceeds 128", which no amount of waiting fixes."""
+    text = detail.lower()
+    return status in (403, 413) and ("quota" in text or ("maximum number of" in text and "exceeded" in text))
+
+
+def _from_status(operation: str, status: int, detail: str) -> CloudError:
+    message = f"{operation}: HTTP {status}: {detail}"[:500]
+    if _is_quota(status, detail):
+        return CloudQuotaExceeded(message)
+    if status >= 500 or status in (408, 429):
+        return CloudTransientError(message)
+    return CloudRequestRejected(message)
+
+
 def classify(operation: str, exc: Exception) -> CloudError:
     """Map an openstacksdk/keystoneauth failure to the reaction it deserves."""
     if isinstance(exc, os_exceptions.HttpException):
-        status = exc.status_code or 0
-        detail = (exc.details or exc.message or "").strip()
-        message = f"{operation}: HTTP {status}: {detail}"[:500]
-        if status in (403, 413) and "quota" in detail.lower():
-            return CloudQuotaExceeded(message)
-        if status >= 500 or status in (408, 429):
-            return CloudTransientError(message)
-        return CloudRequestRejected(message)
+        return _from_status(operation, exc.status_code or 0, (exc.details or exc.message or "").strip())
+    if isinstance(exc, os_exceptions.DuplicateResource):
+        return CloudRequestRejected(f"{operation}: {exc.message}; use a unique name or the id"[:500])
+    if isinstance(exc, ks_exceptions.HttpError):
+        # Raised by keystoneauth itself, e.g. a 401 from Keystone when the credentials are wrong.
+        return _from_status(operation, exc.http_status or 0, (exc.message or "").strip())
     if isinstance(exc, ks_exceptions.ConnectionError | ks_exceptions.ClientException | TimeoutError):
         return CloudTransientError(f"{operation}: {type(exc).__name__}")
     return CloudTransientError(f"{operation}: {type(exc).__name__}: {exc}"[:500])
+
+
+def _retryable(exc: Exception) -> bool:
+    """A dropped connection or a gateway/overload answer. Not a timeout: repeating a call that already
+    waited the whole timeout would multiply the stall it causes."""
+    if isinstance(exc, ks_exceptions.ConnectFailure):
+        return True
+    return isinstance(exc, os_exceptions.HttpException) and (exc.status_code or 0) in RETRYABLE_STATUS
 
 
 def _parse_time(value: object) -> datetime | None:
@@ -67,26 +110,83 @@ def _parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-class OpenStackProvider:
-    """`CloudProvider` on openstacksdk. Name lookups (image, flavor, network) are cached per name."""
+@dataclass(frozen=True)
+class _Resolved:
+    """The ids a spec's names resolved to, and which of them came from the cache (and may be stale)."""
 
-    def __init__(self, connection: openstack.connection.Connection, installation: str) -> None:
+    image: str
+    flavor: str
+    networks: tuple[str, ...]
+    cached: dict[tuple[str, str], str]
+
+
+class OpenStackProvider:
+    """`CloudProvider` on openstacksdk. Name lookups (image, flavor, network) are cached per name.
+
+    A cached id goes stale when an image is rebuilt under the same name and the old one deleted; when Nova
+    refuses a create made with cached ids, the provider resolves the names again and, if any now means
+    another resource, retries once with the new ids, so an image rotation costs no failed runner.
+    """
+
+    def __init__(
+        self,
+        connection: openstack.connection.Connection,
+        installation: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         self.connection = connection
         self.installation = installation
+        if connection.session.timeout is None:
+            connection.session.timeout = timeout_s
         self._ids: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._tags: bool | None = None
 
-    # -- lookups ----------------------------------------------------------------------------------
+    # -- plumbing ---------------------------------------------------------------------------------
 
-    def _supports(self, microversion: str) -> bool:
-        return bool(os_utils.supports_microversion(self.connection.compute, microversion))
+    def _idempotent(self, operation: str, call: Callable[[], T]) -> T:
+        """Run a call that is safe to repeat, retrying dropped connections and 502/503/504 briefly."""
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if attempt >= len(RETRY_DELAYS_S) or not _retryable(exc):
+                    raise classify(operation, exc) from None
+                logger.info("%s: %s; retrying", operation, type(exc).__name__)
+                time.sleep(RETRY_DELAYS_S[attempt])
+                attempt += 1
+
+    def _compute_supports(self, microversion: str) -> bool:
+        """Whether the compute API speaks `microversion`.
+
+        keystoneauth answers a failed version discovery with endpoint data that has no microversions, which
+        reads as "not supported". Cached for the process's life, that guess would make every server untagged,
+        and a later, tag-filtered listing would never see them: so an unknown answer raises instead.
+        """
+        compute = self.connection.compute
+        data = self._idempotent("discover the compute API", compute.get_endpoint_data)
+        if data is None or data.max_microversion is None:
+            raise CloudTransientError("discover the compute API: no version information (is Nova reachable?)")
+        return bool(os_utils.supports_microversion(compute, microversion))
 
     @property
     def supports_tags(self) -> bool:
         if self._tags is None:
-            self._tags = self._supports(TAGS_MICROVERSION)
+            self._tags = self._compute_supports(TAGS_MICROVERSION)
         return self._tags
+
+    # -- lookups ----------------------------------------------------------------------------------
+
+    def _find_image(self, name: str) -> Any:
+        """An image by id or name; when a name is shared (a rebuilt image uploaded before the old one is
+        retired), the newest active one, which is what the rebuild means to put in service."""
+        try:
+            return self.connection.image.find_image(name, ignore_missing=True)
+        except os_exceptions.DuplicateResource:
+            active = [image for image in self.connection.image.images(name=name) if image.status == "active"]
+            return max(active, key=lambda image: image.created_at or "", default=None)
 
     def _lookup(self, kind: str, name: str) -> str:
         key = (kind, name)
@@ -94,20 +194,46 @@ class OpenStackProvider:
             cached = self._ids.get(key)
         if cached is not None:
             return cached
-        finders = {
-            "image": self.connection.image.find_image,
-            "flavor": self.connection.compute.find_flavor,
-            "network": self.connection.network.find_network,
+        finders: dict[str, Callable[[str], Any]] = {
+            "image": self._find_image,
+            "flavor": lambda n: self.connection.compute.find_flavor(n, ignore_missing=True),
+            "network": lambda n: self.connection.network.find_network(n, ignore_missing=True),
         }
-        try:
-            found = finders[kind](name, ignore_missing=True)
-        except Exception as exc:
-            raise classify(f"find {kind} {name!r}", exc) from None
+        found = self._idempotent(f"find {kind} {name!r}", lambda: finders[kind](name))
         if found is None:
             raise CloudRequestRejected(f"{kind} {name!r} does not exist in this cloud")
         with self._lock:
             self._ids[key] = found.id
         return str(found.id)
+
+    def _resolve(self, spec: ServerSpec) -> _Resolved:
+        keys = [("image", spec.image), ("flavor", spec.flavor)] + [("network", n) for n in spec.networks]
+        with self._lock:
+            cached = {key: self._ids[key] for key in keys if key in self._ids}
+        return _Resolved(
+            image=self._lookup("image", spec.image),
+            flavor=self._lookup("flavor", spec.flavor),
+            networks=tuple(self._lookup("network", name) for name in spec.networks),
+            cached=cached,
+        )
+
+    def _forget(self, keys: Iterable[tuple[str, str]]) -> None:
+        with self._lock:
+            for key in keys:
+                self._ids.pop(key, None)
+
+    def _missing(self, kind: str, name: str, finder: tuple[str, str]) -> str | None:
+        """A problem line when `<service proxy>.<find method>(name)` finds nothing or fails, else None."""
+        service, method = finder
+
+        def find() -> Any:
+            return getattr(getattr(self.connection, service), method)(name, ignore_missing=True)
+
+        try:
+            found = self._idempotent(f"find {kind} {name!r}", find)
+        except CloudError as exc:
+            return str(exc)
+        return f"{kind} {name!r} does not exist in this cloud" if found is None else None
 
     def check_pool(self, spec: ServerSpec) -> list[str]:
         """Resolve every name the pool uses, refreshing the cache; the problems found, or none."""
@@ -120,19 +246,35 @@ class OpenStackProvider:
                 self._lookup(kind, name)
             except CloudError as exc:
                 problems.append(str(exc))
-        for group in spec.security_groups:
-            try:
-                if self.connection.network.find_security_group(group, ignore_missing=True) is None:
-                    problems.append(f"security group {group!r} does not exist in this cloud")
-            except Exception as exc:
-                problems.append(str(classify(f"find security group {group!r}", exc)))
+        checks = [("security group", group, ("network", "find_security_group")) for group in spec.security_groups]
         if spec.key_name:
+            checks.append(("key pair", spec.key_name, ("compute", "find_keypair")))
+        volume_types = sorted({t for t in [spec.boot_volume_type, *(v.type for v in spec.volumes)] if t})
+        checks.extend(("volume type", volume_type, ("block_storage", "find_type")) for volume_type in volume_types)
+        problems.extend(problem for kind, name, finder in checks if (problem := self._missing(kind, name, finder)))
+        if spec.availability_zone:
+            problems.extend(self._check_zone(spec.availability_zone))
+        if volume_types:
             try:
-                if self.connection.compute.find_keypair(spec.key_name, ignore_missing=True) is None:
-                    problems.append(f"key pair {spec.key_name!r} does not exist in this cloud")
-            except Exception as exc:
-                problems.append(str(classify(f"find key pair {spec.key_name!r}", exc)))
+                if not self._compute_supports(VOLUME_TYPE_MICROVERSION):
+                    problems.append(
+                        f"volume types need compute API {VOLUME_TYPE_MICROVERSION}, which this cloud lacks; "
+                        "remove boot_volume_type and the volumes' type"
+                    )
+            except CloudError as exc:
+                problems.append(str(exc))
         return problems
+
+    def _check_zone(self, zone: str) -> list[str]:
+        try:
+            zones = self._idempotent(
+                "list availability zones", lambda: [z.name for z in self.connection.compute.availability_zones()]
+            )
+        except CloudError as exc:
+            return [str(exc)]
+        if zone in zones:
+            return []
+        return [f"availability zone {zone!r} does not exist in this cloud; it has {sorted(zones)}"]
 
     # -- servers ----------------------------------------------------------------------------------
 
@@ -156,10 +298,9 @@ class OpenStackProvider:
         filters: dict[str, Any] = {}
         if self.supports_tags:
             filters["tags"] = ownership_tag(self.installation)
-        try:
-            servers = list(self.connection.compute.servers(details=True, **filters))
-        except Exception as exc:
-            raise classify("list servers", exc) from None
+        servers = self._idempotent(
+            "list servers", lambda: list(self.connection.compute.servers(details=True, **filters))
+        )
         return [owned for server in servers if (owned := self._owned(server)) is not None]
 
     def _block_devices(self, spec: ServerSpec, image_id: str) -> list[dict[str, Any]]:
@@ -190,21 +331,19 @@ class OpenStackProvider:
             devices.append(extra)
         return devices
 
-    def create_server(self, spec: ServerSpec) -> CloudServer:
-        image_id = self._lookup("image", spec.image)
-        flavor_id = self._lookup("flavor", spec.flavor)
-        networks: Any = [{"uuid": self._lookup("network", name)} for name in spec.networks] or "auto"
+    def _post(self, spec: ServerSpec, ids: _Resolved) -> CloudServer:
+        networks: Any = [{"uuid": network} for network in ids.networks] or "auto"
         attrs: dict[str, Any] = {
             "name": spec.name,
-            "flavor_id": flavor_id,
+            "flavor_id": ids.flavor,
             "networks": networks,
             "metadata": spec.metadata,
             "user_data": base64.b64encode(spec.user_data.encode()).decode(),
             "config_drive": spec.config_drive,
         }
         if not spec.boot_volume_gb:
-            attrs["image_id"] = image_id
-        devices = self._block_devices(spec, image_id)
+            attrs["image_id"] = ids.image
+        devices = self._block_devices(spec, ids.image)
         if devices:
             attrs["block_device_mapping"] = devices
         if spec.security_groups:
@@ -228,11 +367,28 @@ class OpenStackProvider:
             runner_id=spec.metadata.get(META_RUNNER, ""),
         )
 
-    def delete_server(self, server_id: str) -> None:
+    def create_server(self, spec: ServerSpec) -> CloudServer:
+        ids = self._resolve(spec)
         try:
-            self.connection.compute.delete_server(server_id, ignore_missing=True)
-        except Exception as exc:
-            raise classify(f"delete server {server_id}", exc) from None
+            return self._post(spec, ids)
+        except CloudRequestRejected:
+            # Nova's refusal does not say which id it could not find ("Can not find requested image"), so
+            # ask the names again: if one now means another resource, the cached id was stale. A refused
+            # create made nothing, so sending it again with the fresh ids is safe.
+            if not ids.cached:
+                raise
+            self._forget(ids.cached)
+            fresh = self._resolve(spec)
+            if (fresh.image, fresh.flavor, fresh.networks) == (ids.image, ids.flavor, ids.networks):
+                raise
+            logger.info("create server %s: names resolved to new ids; sending the create again", spec.name)
+            return self._post(spec, fresh)
+
+    def delete_server(self, server_id: str) -> None:
+        self._idempotent(
+            f"delete server {server_id}",
+            lambda: self.connection.compute.delete_server(server_id, ignore_missing=True),
+        )
 
     def close(self) -> None:
         self.connection.close()
