@@ -149,7 +149,8 @@ def intake(args: argparse.Namespace, database: str, url_context: Any) -> None:
         document = corral_config(sandbox.info, database_url, pools)
         document["reconcile_interval"] = "1h"
         corral = LocalCorral(sandbox.info, Path(folder) / "corral.yaml", document).start()
-        corral.call(lambda: asyncio.to_thread(corral.service.engine.set_drained, "small", True))
+        with corral.api() as api:
+            api.post("/api/v1/pools/small/drain").raise_for_status()
         rate = asyncio.run(blast(f"{corral.url}/webhook", sandbox.info.webhook_secret, args.intake, 16))
         corral.stop()
     print(f"database={database} webhooks={args.intake} webhooks_per_s={rate:.0f}")

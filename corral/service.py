@@ -52,6 +52,7 @@ class Service:
     async def run(self) -> None:
         await self.engine.run(self.stop_event)
         await self.engine.drain()
+        await self.github.aclose()
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -79,6 +79,7 @@ def test_two_hundred_jobs_with_lost_webhooks_and_failed_boots_all_complete_and_n
         counters = control.get("/stats").json()["github"]["webhooks"]
         assert counters["dropped" if auth == "app" else "lost"] > 0, "the fault really was on"
         wait_until(lambda: nothing_left(control), timeout=60, what="no server, volume or registration left")
+        print(f"nothing left after {time.monotonic() - started:.1f}s")
         with corral.api() as api:
             wait_until(lambda: api.get("/api/v1/runners").json() == [], what="corral's own view agrees: no live runner")
     finally:

@@ -177,3 +177,51 @@ def test_an_invalid_reload_keeps_the_running_generation(sandbox: Sandbox, start_
     assert response.status_code == 422
     assert response.json()["problems"] == ["default_pool: 'nope' names no pool; use one of ['small']"]
     assert response.json()["generation"] == 1
+
+
+def test_a_burst_starts_one_runner_per_job(
+    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+) -> None:
+    corral = start_corral(corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=50)}))
+    burst = {"jobs": [{"repo": f"{ORG}/app", "labels": ["small"], "duration": 0.3} for _ in range(30)]}
+    control.post("/trace", json=burst).raise_for_status()
+
+    def all_done() -> bool:
+        jobs = control.get("/jobs").json()
+        return len(jobs) == 30 and all(job["status"] == "completed" for job in jobs)
+
+    converge(corral, all_done, "the burst completed", timeout=60)
+    assert control.get("/stats").json()["cloud"]["servers_created"] == 30, "a burst of N starts N, not N+k"
+
+
+def test_max_runners_caps_a_burst(
+    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+) -> None:
+    corral = start_corral(corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=4)}))
+    burst = {"jobs": [{"repo": f"{ORG}/app", "labels": ["small"], "duration": 5} for _ in range(10)]}
+    control.post("/trace", json=burst).raise_for_status()
+    converge(corral, lambda: pools_view(corral)["small"]["busy"] == 4, "four busy")
+    assert control.get("/stats").json()["cloud"]["servers"] == 4, "never more than max_runners"
+
+
+def test_a_job_cancelled_while_waiting_gets_no_runner(
+    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+) -> None:
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])}, stale_job_check="1ms")
+    corral = start_corral(document)
+    with corral.api() as api:
+        api.post("/api/v1/pools/small/drain").raise_for_status()
+    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 0}).json()
+    wait_until(lambda: corral.service.store.job(job["id"]) is not None, what="the job recorded")
+    control.put("/faults", json={"world": {"webhook_lose_rate": 1.0}}).raise_for_status()
+    control.post(f"/jobs/{job['id']}/cancel").raise_for_status()  # its `completed` webhook is lost
+    wait_until(lambda: control.get("/stats").json()["github"]["webhooks"]["lost"] >= 1, what="the lost webhook")
+    with corral.api() as api:
+        api.post("/api/v1/pools/small/undrain").raise_for_status()
+
+    def asked_github() -> bool:
+        stored = corral.service.store.job(job["id"])
+        return stored is not None and stored.status == "completed"
+
+    converge(corral, asked_github, "GitHub asked about the stale job")
+    assert control.get("/stats").json()["cloud"]["servers_created"] == 0, "no runner for a cancelled job"

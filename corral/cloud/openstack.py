@@ -278,30 +278,52 @@ class OpenStackProvider:
 
     # -- servers ----------------------------------------------------------------------------------
 
-    def _owned(self, server: Any) -> CloudServer | None:
-        metadata = server.metadata or {}
+    def _owned(self, server: dict[str, Any]) -> CloudServer | None:
+        metadata = server.get("metadata") or {}
         if metadata.get(META_INSTALLATION) != self.installation or META_RUNNER not in metadata:
             return None
-        fault = server.fault or None
+        fault = server.get("fault") or None
         return CloudServer(
-            id=server.id,
-            name=server.name,
-            status=server.status,
+            id=server["id"],
+            name=server.get("name", ""),
+            status=server.get("status", ""),
             installation=self.installation,
             pool=metadata.get(META_POOL, ""),
             runner_id=metadata[META_RUNNER],
-            created_at=_parse_time(server.created_at),
+            created_at=_parse_time(server.get("created")),
             fault=(fault.get("message") if isinstance(fault, dict) else str(fault)) if fault else None,
         )
 
     def list_servers(self) -> list[CloudServer]:
-        filters: dict[str, Any] = {}
+        params: dict[str, Any] = {}
+        microversion = None
         if self.supports_tags:
-            filters["tags"] = ownership_tag(self.installation)
-        servers = self._idempotent(
-            "list servers", lambda: list(self.connection.compute.servers(details=True, **filters))
-        )
+            params["tags"] = ownership_tag(self.installation)
+            microversion = TAGS_MICROVERSION
+        servers = self._idempotent("list servers", lambda: self._server_pages(params, microversion))
         return [owned for server in servers if (owned := self._owned(server)) is not None]
+
+    def _server_pages(self, params: dict[str, Any], microversion: str | None) -> list[dict[str, Any]]:
+        """`GET /servers/detail`, every page, as plain JSON.
+
+        Measured: building openstacksdk `Server` resources costs ~5 ms of CPU per server (30 servers: 130 ms
+        against 11 ms for the HTTP round trip of 1,000), which would make a pass over 5,000 runners spend
+        25 s in object construction. The request still goes through openstacksdk's authenticated adapter.
+        """
+        servers: list[dict[str, Any]] = []
+        query = dict(params)
+        while True:
+            response = self.connection.compute.get(
+                "/servers/detail", params=query, microversion=microversion, raise_exc=False
+            )
+            os_exceptions.raise_from_response(response)
+            body = response.json()
+            page = body.get("servers", [])
+            servers.extend(page)
+            links = body.get("servers_links") or []
+            if not page or not any(link.get("rel") == "next" for link in links):
+                return servers
+            query = {**params, "marker": page[-1]["id"]}
 
     def _block_devices(self, spec: ServerSpec, image_id: str) -> list[dict[str, Any]]:
         devices: list[dict[str, Any]] = []

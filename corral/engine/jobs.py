@@ -29,7 +29,8 @@ logger = logging.getLogger("corral.jobs")
 STALE_CHECKS_PER_PASS = 50
 CONCURRENT_CHECKS = 8
 REDELIVERY_OVERLAP = timedelta(minutes=5)
-RECHECK_INTERVAL = timedelta(seconds=60)
+MAX_REDELIVERIES = 5
+TRACKED_REDELIVERIES = 10_000
 REDELIVERY_WINDOW = timedelta(hours=1)
 GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN_PROGRESS}
 
@@ -47,8 +48,8 @@ class JobTracker:
         self.log_once = log_once
         self.clock = clock
         self._next_scan = 0.0
-        self._redelivered: set[str] = set()
-        self._last_delivery_scan = datetime.min.replace(tzinfo=UTC)
+        self._redeliveries: dict[str, int] = {}
+        self._last_delivery_scan: datetime | None = None
 
     def scope_for(self, config: CorralConfig, pool: str | None, repository: str) -> ScopeConfig:
         """Whose credentials to ask about a repository's job: its pool's scope, else the repository."""
@@ -63,9 +64,11 @@ class JobTracker:
     async def verify_stale(self, config: CorralConfig) -> set[str]:
         """Ask GitHub about old queued jobs; returns the pools whose demand changed."""
         now = utcnow()
+        # A confirmation is good for as long as a fresh job goes unconfirmed.
+        stale = timedelta(seconds=config.stale_job_check)
         jobs = self.store.stale_queued_jobs(
-            queued_before=now - timedelta(seconds=config.stale_job_check),
-            checked_before=now - RECHECK_INTERVAL,
+            queued_before=now - stale,
+            checked_before=now - stale,
             limit=STALE_CHECKS_PER_PASS,
         )
         slots = asyncio.Semaphore(CONCURRENT_CHECKS)
@@ -103,7 +106,9 @@ class JobTracker:
     async def _redeliver_failed(self) -> None:
         # Look back an hour the first time, then only a little before the previous scan.
         now = utcnow()
-        since = max(now - REDELIVERY_WINDOW, self._last_delivery_scan - REDELIVERY_OVERLAP)
+        since = now - REDELIVERY_WINDOW
+        if self._last_delivery_scan is not None:
+            since = max(since, self._last_delivery_scan - REDELIVERY_OVERLAP)
         try:
             failed = await self.github.failed_deliveries(since)
         except GitHubError as exc:
@@ -112,14 +117,18 @@ class JobTracker:
             return
         self._last_delivery_scan = now
         for delivery in failed:
-            if delivery.guid in self._redelivered or delivery.event != "workflow_job":
+            attempts = self._redeliveries.get(delivery.guid, 0)
+            if attempts >= MAX_REDELIVERIES or delivery.event != "workflow_job":
                 continue
             try:
                 await self.github.redeliver(delivery.id)
             except GitHubError as exc:
                 self.log_once.warning("jobs:redeliver", f"cannot redeliver {delivery.guid}: {exc}")
                 continue
-            self._redelivered.add(delivery.guid)
+            # A redelivery can fail too; the next scan sees the guid still unsuccessful and asks again.
+            self._redeliveries[delivery.guid] = attempts + 1
+            while len(self._redeliveries) > TRACKED_REDELIVERIES:
+                del self._redeliveries[next(iter(self._redeliveries))]
             JOBS_RECOVERED.labels("redelivery").inc()
             logger.info("asked GitHub to redeliver failed webhook %s", delivery.guid)
 

@@ -34,7 +34,7 @@ from corral.cloud.provider import (
 from corral.cloud.userdata import load_template, render_user_data
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import Backoff, LogOnce
-from corral.engine.jobs import RECHECK_INTERVAL, JobTracker
+from corral.engine.jobs import JobTracker
 from corral.engine.observe import Observation, observe
 from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
 from corral.metrics import (
@@ -57,6 +57,9 @@ from corral.store.schema import Job, Runner
 logger = logging.getLogger("corral.engine")
 
 MAX_STEPS_PER_PASS = 6
+BUSY_COVERS_JOB = timedelta(seconds=30)
+"""How long a runner that turned busy is taken to be running the job it was started for, unless GitHub says
+otherwise first (the job's own webhook); after that, a job still queued gets another runner."""
 CLOUD_THREADS = 8
 LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
 
@@ -328,15 +331,23 @@ class Engine:
         """Queued jobs that count as demand: fresh ones, and old ones GitHub recently confirmed as queued.
 
         An old job nobody has confirmed waits for the next full pass to ask GitHub, so a cancelled or
-        already-taken job does not get a runner.
+        already-taken job does not get a runner. A job whose own runner has just turned busy is not demand
+        either: that runner most likely took it, and the `in_progress` webhook saying so is on its way
+        (without this, the race between a pass and that webhook started a second runner for the job).
         """
         now = utcnow()
-        fresh_after = now - timedelta(seconds=self.config.stale_job_check)
-        confirmed_after = now - RECHECK_INTERVAL
+        fresh_after = confirmed_after = now - timedelta(seconds=self.config.stale_job_check)
+        busy_since = now - BUSY_COVERS_JOB
+        taken = {
+            row.job_id
+            for row in self.store.runners(pool=pool_name, states=[RunnerState.BUSY])
+            if row.job_id is not None and row.state_changed_at >= busy_since
+        }
         return [
             job
             for job in self.store.demand(pool_name, max_runners_per_job=self.config.max_runners_per_job)
-            if job.received_at >= fresh_after or (job.checked_at is not None and job.checked_at >= confirmed_after)
+            if job.id not in taken
+            and (job.received_at >= fresh_after or (job.checked_at is not None and job.checked_at >= confirmed_after))
         ]
 
     def pool_counts(self, pool_name: str, demand: list[Job] | None = None) -> PoolCounts:

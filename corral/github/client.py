@@ -25,7 +25,6 @@ from githubkit_schemas.latest.models import (
     Job,
     OrgsOrgActionsRunnerGroupsGetResponse200,
     OrgsOrgActionsRunnersGenerateJitconfigPostResponse201,
-    OrgsOrgActionsRunnersGetResponse200,
     ReposOwnerRepoActionsRunsGetResponse200,
     ReposOwnerRepoActionsRunsRunIdJobsGetResponse200,
 )
@@ -39,6 +38,18 @@ PER_PAGE = 100
 SERVER_ERROR_RETRIES = 2
 DEFAULT_RUNNER_GROUP_ID = 1
 """Repository-scoped runners have no runner groups; GitHub takes group 1 (Default) for them."""
+
+
+class SharedTransport(httpx.AsyncHTTPTransport):
+    """One connection pool for every call. githubkit opens an httpx client per call and closes it after,
+    which would close (and so re-handshake) the transport each time: measured ~40 ms a call on loopback.
+    Here closing is ignored until corral itself shuts the transport down."""
+
+    async def aclose(self) -> None:
+        """Left open: the client githubkit closes after each call is not the owner."""
+
+    async def close_for_real(self) -> None:
+        await super().aclose()
 
 
 class GitHubError(Exception):
@@ -126,7 +137,9 @@ class GitHubClient:
     def __init__(self, config: GitHubConfig) -> None:
         self._config = config
         retry = RetryChainDecision(RetryServerError(max_retry=SERVER_ERROR_RETRIES))
+        self._transport = SharedTransport(limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))
         common: dict[str, Any] = {
+            "async_transport": self._transport,
             "base_url": config.url + "/",
             "timeout": config.timeout,
             "http_cache": False,
@@ -144,7 +157,7 @@ class GitHubClient:
         self._group_ids: dict[tuple[str, str], int] = {}
 
     async def aclose(self) -> None:
-        """Nothing to release today (githubkit opens a client per call); kept so callers need not know."""
+        await self._transport.close_for_real()
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -245,26 +258,26 @@ class GitHubClient:
         return JitConfig(runner_id=data.runner.id, runner_name=data.runner.name, encoded=data.encoded_jit_config)
 
     async def list_runners(self, scope: ScopeConfig) -> list[RegisteredRunner]:
-        """Every self-hosted runner registered at the scope, all pages."""
+        """Every self-hosted runner registered at the scope, all pages.
+
+        Read as plain JSON rather than githubkit's models: validating each runner costs ~1.5 ms of CPU
+        (measured: 30 runners, 52 ms), which is 7.5 s a pass at 5,000 runners for five fields we need.
+        """
         client = await self._client_for(scope)
         runners: list[RegisteredRunner] = []
         page = 1
         while True:
             response = await self._call(
-                client,
-                "GET",
-                f"{scope_path(scope)}/actions/runners",
-                params={"per_page": PER_PAGE, "page": page},
-                response_model=OrgsOrgActionsRunnersGetResponse200,
+                client, "GET", f"{scope_path(scope)}/actions/runners", params={"per_page": PER_PAGE, "page": page}
             )
-            batch = response.parsed_data.runners
+            batch = response.json().get("runners", [])
             runners.extend(
                 RegisteredRunner(
-                    id=r.id,
-                    name=r.name,
-                    status=r.status,
-                    busy=r.busy,
-                    labels=tuple(label.name for label in r.labels),
+                    id=int(r["id"]),
+                    name=str(r["name"]),
+                    status=str(r["status"]),
+                    busy=bool(r["busy"]),
+                    labels=tuple(str(label["name"]) for label in r.get("labels", [])),
                 )
                 for r in batch
             )

@@ -1,0 +1,104 @@
+"""What one reconcile pass costs as pools and runners grow: API calls on each side, and CPU time.
+
+The sandbox runs as its own process (`corral sandbox`), so the CPU time measured here is corral's alone.
+For each scenario corral is started with P pools whose warm runners add up to R, brought to steady state
+(every runner idle), and then one full pass is run and measured. Cloud and GitHub calls should not grow
+with the number of runners beyond pagination (1 server listing per pass, 1 runner listing per scope).
+Figures are printed, never asserted.
+
+    .venv/bin/python bench/reconcile.py [--scenarios 1x10,10x10,100x100,10x1000,100x5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from corral.local import LocalCorral, corral_config, pool_spec
+from corral.model import RunnerState
+from corral.sandbox.server import SandboxInfo
+
+
+def start_sandbox(workdir: Path) -> tuple[subprocess.Popen[str], SandboxInfo]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli", "sandbox", "--boot-delay", "0", "--workdir", str(workdir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, SandboxInfo(**json.loads(process.stdout.readline()))
+
+
+def calls(control: httpx.Client) -> dict[str, int]:
+    api = control.get("/stats").json()["api_calls"]
+    return {side: sum(api[side].values()) for side in ("openstack", "github")}
+
+
+def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int) -> dict[str, Any]:
+    control = httpx.Client(base_url=info.control_url, timeout=120)
+    control.post("/reset").raise_for_status()
+    control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
+    per_pool = max(runners // pools, 1)
+    specs = {f"p{i}": pool_spec([f"p{i}"], min_idle=per_pool, max_runners=per_pool) for i in range(pools)}
+    document = corral_config(info, f"sqlite:///{folder}/corral-{pools}x{runners}.db", specs, default_pool="p0")
+    document["reconcile_interval"] = "1h"
+    document["cloud"]["max_concurrent_creates"] = 32
+    corral = LocalCorral(info, folder / f"corral-{pools}x{runners}.yaml", document).start()
+    try:
+        deadline = time.monotonic() + 900
+        while len(corral.service.store.runners(states=[RunnerState.IDLE])) < pools * per_pool:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{pools}x{runners}: runners did not all come up")
+            corral.reconcile()
+        before = calls(control)
+        cpu = time.process_time()
+        wall = time.perf_counter()
+        corral.reconcile()
+        cpu = time.process_time() - cpu
+        wall = time.perf_counter() - wall
+        after = calls(control)
+    finally:
+        corral.stop()
+    return {
+        "pools": pools,
+        "runners": pools * per_pool,
+        "cloud_calls": after["openstack"] - before["openstack"],
+        "github_calls": after["github"] - before["github"],
+        "cpu_s": cpu,
+        "wall_s": wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default="1x10,10x10,100x100,10x1000,100x5000", help="POOLSxRUNNERS,...")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        process, info = start_sandbox(folder / "sandbox")
+        try:
+            for item in args.scenarios.split(","):
+                pools, runners = (int(part) for part in item.split("x"))
+                result = scenario(info, folder, pools, runners)
+                print(
+                    " ".join(
+                        f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
+                        for key, value in result.items()
+                    ),
+                    flush=True,
+                )
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
