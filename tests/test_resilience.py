@@ -96,3 +96,22 @@ def test_quota_exhaustion_makes_the_pool_wait_then_recover(
     assert all("quota" in reason for reason in runner_failures(corral) if reason), (
         "every failure was the quota, reported as such"
     )
+
+
+def test_a_revoked_installation_token_is_replaced(sandbox: Sandbox, control: httpx.Client, tmp_path: Path) -> None:
+    document = corral_config(
+        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], min_idle=1)}
+    )
+    document["github"] = {
+        "url": sandbox.info.github_url,
+        "app_id": sandbox.info.app_id,
+        "private_key_file": sandbox.info.private_key_path,
+    }
+    corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
+    try:
+        converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a warm runner")
+        # A fresh world: every installation token revoked, every server and registration gone.
+        control.post("/reset").raise_for_status()
+        converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a warm runner again, with a new token")
+    finally:
+        corral.stop()

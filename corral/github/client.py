@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 from githubkit import AppAuthStrategy, AppInstallationAuthStrategy, GitHub, TokenAuthStrategy
+from githubkit.cache import MemCacheStrategy
 from githubkit.exception import RateLimitExceeded, RequestError, RequestFailed
 from githubkit.retry import RetryChainDecision, RetryServerError
 from githubkit_schemas.latest.models import (
@@ -139,6 +140,9 @@ class GitHubClient:
         retry = RetryChainDecision(RetryServerError(max_retry=SERVER_ERROR_RETRIES))
         self._transport = SharedTransport(limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))
         common: dict[str, Any] = {
+            # Our own token cache, not githubkit's process-wide default: forgetting it (below) must not
+            # touch another client's tokens.
+            "cache_strategy": MemCacheStrategy(),
             "async_transport": self._transport,
             "base_url": config.url + "/",
             "timeout": config.timeout,
@@ -169,9 +173,16 @@ class GitHubClient:
         if client is None:
             installation_id = await self._installation_id(owner)
             auth = AppInstallationAuthStrategy(self._app_auth.app_id, self._app_auth.private_key, installation_id)
-            client = GitHub(auth, **self._common)
+            client = GitHub(auth, **{**self._common, "cache_strategy": MemCacheStrategy()})
             self._per_owner[owner] = client
         return client
+
+    def _forget_installation(self, client: GitHub[Any]) -> None:
+        """An installation token GitHub refuses (revoked, app reinstalled) is dropped with its client, so
+        the next call looks the installation up again and gets a fresh token instead of 401s for an hour."""
+        for owner, known in list(self._per_owner.items()):
+            if known is client:
+                del self._per_owner[owner]
 
     async def _installation_id(self, owner: str) -> int:
         page = 1
@@ -212,6 +223,8 @@ class GitHubClient:
             status = str(exc.response.status_code)
             _record_rate_limit(exc.response.headers)
             code = exc.response.status_code
+            if code == 401 and client is not self._root:
+                self._forget_installation(client)
             raise GitHubError(f"{method} {path}: HTTP {code}: {_message(exc)}", status=code) from None
         except RequestError as exc:
             raise GitHubError(f"{method} {path}: {type(exc.exc).__name__}") from None
