@@ -1,6 +1,6 @@
 """From a queued job to a create request: latency, runners and GitHub calls per job, webhook intake rate.
 
-Runs corral (LocalCorral: the real engine and API) against the sandbox with zero boot delay. Two phases:
+Runs `corral serve` and `corral sandbox` (zero boot delay) as separate processes. Two phases:
 a burst of 500 jobs at once, then a steady 20 jobs/s for a minute. Latency is measured from the webhook's
 arrival (the job row's `received_at`) to the create-server request (the runner's `creating` event), both
 written by corral with one clock. Then the intake alone: signed webhooks posted as fast as corral records
@@ -21,19 +21,20 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import select
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import corral_config, pool_spec
 from corral.model import RunnerState
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral.store import Store
 from corral.store.schema import Job, Runner, RunnerEvent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.support import start_corral, start_sandbox, stop
 from tests.store_urls import postgres_url
 
 LABELS = [["self-hosted", "small"], ["self-hosted", "large"], ["self-hosted"]]
@@ -44,15 +45,15 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)] if ordered else float("nan")
 
 
-def latencies_ms(corral: LocalCorral) -> list[float]:
+def latencies_ms(store: Store) -> list[float]:
     """Per job: webhook arrival -> first create request of a runner started on its behalf."""
-    with corral.service.store.session() as session:
-        received = dict(session.execute(select(Job.id, Job.received_at)).tuples())
+    with store.session() as session:
+        received = {job_id: at for job_id, at in session.execute(select(Job.id, Job.received_at))}
         creating = session.execute(
             select(Runner.job_id, RunnerEvent.at)
             .join(RunnerEvent, RunnerEvent.runner_id == Runner.id)
             .where(RunnerEvent.to_state == RunnerState.CREATING.value, Runner.job_id.is_not(None))
-        ).tuples()
+        )
         first: dict[int, Any] = {}
         for job_id, at in creating:
             if job_id is None:
@@ -70,31 +71,36 @@ def wait_for(predicate: Any, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def end_to_end(args: argparse.Namespace) -> None:
-    with Sandbox(timings=Timings(boot_delay=0.0)) as sandbox, tempfile.TemporaryDirectory() as folder:
-        pools = {
-            "small": pool_spec(["small"], max_runners=2000),
-            "large": pool_spec(["large"], max_runners=2000),
-        }
-        document = corral_config(sandbox.info, f"sqlite:///{folder}/corral.db", pools, default_pool="small")
+def end_to_end(args: argparse.Namespace, folder: Path) -> None:
+    sandbox, info = start_sandbox(folder / "sandbox-e2e")
+    try:
+        control = httpx.Client(base_url=info.control_url, timeout=60)
+        control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
+        pools = {"small": pool_spec(["small"], max_runners=2000), "large": pool_spec(["large"], max_runners=2000)}
+        database = folder / "e2e.db"
+        document = corral_config(info, f"sqlite:///{database}", pools, default_pool="small")
         document["cloud"]["max_concurrent_creates"] = 32
-        corral = LocalCorral(sandbox.info, Path(folder) / "corral.yaml", document).start()
-        control = httpx.Client(base_url=sandbox.info.control_url, timeout=60)
-        github_before = sum(control.get("/stats").json()["api_calls"]["github"].values())
-        burst = [
-            {"at": 0.0, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0} for i in range(args.burst)
-        ]
-        steady = [
-            {"at": 1.0 + i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
-            for i in range(int(args.rate * args.seconds))
-        ]
-        control.post("/trace", json={"jobs": burst + steady}).raise_for_status()
-        total = len(burst) + len(steady)
-        wait_for(lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total, args.seconds + 300)
-        stats = control.get("/stats").json()
-        values = latencies_ms(corral)
-        corral.stop()
-    github_calls = sum(stats["api_calls"]["github"].values()) - github_before
+        corral, _, _ = start_corral(info, document, folder)
+        try:
+            burst = [
+                {"at": 0.0, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0} for i in range(args.burst)
+            ]
+            steady = [
+                {"at": 1.0 + i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
+                for i in range(int(args.rate * args.seconds))
+            ]
+            control.post("/trace", json={"jobs": burst + steady}).raise_for_status()
+            total = len(burst) + len(steady)
+            wait_for(lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total, args.seconds + 300)
+            stats = control.get("/stats").json()
+        finally:
+            stop(corral)
+        store = Store(f"sqlite:///{database}")
+        values = latencies_ms(store)
+        store.close()
+    finally:
+        stop(sandbox)
+    github_calls = sum(stats["api_calls"]["github"].values())
     print(f"jobs={total} with_latency={len(values)} servers_created={stats['cloud']['servers_created']}")
     print(
         f"p50_ms={statistics.median(values):.1f} p99_ms={percentile(values, 0.99):.1f} "
@@ -142,17 +148,22 @@ async def blast(url: str, secret: str, count: int, concurrency: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def intake(args: argparse.Namespace, database: str, url_context: Any) -> None:
-    with Sandbox() as sandbox, tempfile.TemporaryDirectory() as folder, url_context as database_url:
-        # max_runners 1 and a drained pool: the engine does no creating, so this measures intake alone.
-        pools = {"small": pool_spec(["small"], max_runners=1)}
-        document = corral_config(sandbox.info, database_url, pools)
-        document["reconcile_interval"] = "1h"
-        corral = LocalCorral(sandbox.info, Path(folder) / "corral.yaml", document).start()
-        with corral.api() as api:
-            api.post("/api/v1/pools/small/drain").raise_for_status()
-        rate = asyncio.run(blast(f"{corral.url}/webhook", sandbox.info.webhook_secret, args.intake, 16))
-        corral.stop()
+def intake(args: argparse.Namespace, database: str, folder: Path, url_context: Any) -> None:
+    sandbox, info = start_sandbox(folder / f"sandbox-{database}")
+    try:
+        with url_context as database_url:
+            # A drained pool: corral records and decides but creates nothing, so this measures intake.
+            document = corral_config(info, database_url, {"small": pool_spec(["small"], max_runners=1)})
+            document["reconcile_interval"] = "1h"
+            corral, url, token = start_corral(info, document, folder / database)
+            try:
+                headers = {"Authorization": f"Bearer {token}"}
+                httpx.post(f"{url}/api/v1/pools/small/drain", headers=headers).raise_for_status()
+                rate = asyncio.run(blast(f"{url}/webhook", info.webhook_secret, args.intake, 16))
+            finally:
+                stop(corral)
+    finally:
+        stop(sandbox)
     print(f"database={database} webhooks={args.intake} webhooks_per_s={rate:.0f}")
 
 
@@ -163,12 +174,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--intake", type=int, default=3000)
     args = parser.parse_args()
-    end_to_end(args)
-    with tempfile.TemporaryDirectory() as folder:
-        from contextlib import nullcontext
-
-        intake(args, "sqlite", nullcontext(f"sqlite:///{folder}/intake.db"))
-    intake(args, "postgresql", postgres_url())
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        for sub in ("sqlite", "postgresql"):
+            (folder / sub).mkdir()
+        end_to_end(args, folder)
+        intake(args, "sqlite", folder, nullcontext(f"sqlite:///{folder}/intake.db"))
+        intake(args, "postgresql", folder, postgres_url())
 
 
 if __name__ == "__main__":

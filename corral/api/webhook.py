@@ -78,6 +78,7 @@ def build_webhook_router(service: Service, secret: bytes) -> APIRouter:
             WEBHOOKS.labels("unmatched").inc()
         if job.status is JobState.IN_PROGRESS and job.queued_at and job.started_at:
             QUEUED_TO_RUNNING_SECONDS.labels(pool or "none").observe((job.started_at - job.queued_at).total_seconds())
+        service.engine.job_event(job.status, job.runner_name, job.job_id)
         if pool is not None:
             service.engine.request_scale(pool)
         return _answer(202, "recorded", "recorded")

@@ -155,6 +155,10 @@ class Store:
         with self.session() as session:
             session.execute(update(Runner).where(Runner.id == runner_id).values(**fields))
 
+    def runner_by_name(self, name: str) -> Runner | None:
+        with self.session() as session:
+            return session.scalar(select(Runner).where(Runner.name == name))
+
     def runner(self, runner_id: str) -> Runner | None:
         with self.session() as session:
             return session.get(Runner, runner_id)
