@@ -27,6 +27,10 @@ class CorralProcess:
         self.config_path = config_path
         self.port = port
         self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = config_path.with_suffix(".log")
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
 
     def start(self) -> None:
         env = {**os.environ, "OS_CLIENT_CONFIG_FILE": self.sandbox.info.clouds_yaml}
@@ -43,7 +47,7 @@ class CorralProcess:
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self.log_path.open("ab"),
         )
         wait_until(self._ready, timeout=30, what="corral serve ready")
 
@@ -138,3 +142,24 @@ def test_kill_9_then_restart_leaks_nothing(
     survivor = corral_process(document)
     survivor.start()
     wait_until(lambda: leftovers(control) == NOTHING, timeout=40, what="no server, volume or registration left")
+
+
+def test_sighup_reloads_the_config_and_a_bad_file_keeps_the_running_one(
+    sandbox: Sandbox, control: httpx.Client, corral_process: Any, tmp_path: Path
+) -> None:
+    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"])})
+    process = corral_process(document)
+    process.start()
+    assert process.process is not None
+    document["pools"]["small"]["min_idle"] = 2
+    (tmp_path / "corral.yaml").write_text(yaml.safe_dump(document))
+    process.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: control.get("/stats").json()["github"]["runners"]["online"] == 2, what="grown by SIGHUP")
+    (tmp_path / "corral.yaml").write_text("pools: [this is not a config")
+    process.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload refused" in process.log(), what="the bad reload refused, and logged")
+    document["pools"]["small"]["min_idle"] = 1
+    (tmp_path / "corral.yaml").write_text(yaml.safe_dump(document))
+    process.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: control.get("/stats").json()["github"]["runners"]["online"] == 1, what="shrunk by SIGHUP")
+    assert process.process.poll() is None, "the bad reload in between neither stopped corral nor its reloads"

@@ -225,3 +225,19 @@ def test_a_job_cancelled_while_waiting_gets_no_runner(
 
     converge(corral, asked_github, "GitHub asked about the stale job")
     assert control.get("/stats").json()["cloud"]["servers_created"] == 0, "no runner for a cancelled job"
+
+
+def test_a_pool_the_cloud_cannot_serve_is_not_ready_and_the_others_carry_on(
+    sandbox: Sandbox, start_corral: Any, database_url: str
+) -> None:
+    pools = {
+        "small": pool_spec(["small"], min_idle=1),
+        "broken": pool_spec(["broken"], min_idle=1, image="no-such-image", networks=["no-such-net"]),
+    }
+    corral = start_corral(corral_config(sandbox.info, database_url, pools, default_pool="small"))
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "the healthy pool warms up")
+    broken = pools_view(corral)["broken"]
+    assert broken["ready"] is False
+    assert "no-such-image" in broken["reason"] and "no-such-net" in broken["reason"]
+    assert pools_view(corral)["small"]["ready"] is True
+    assert "broken" not in cloud_servers(sandbox), "nothing is created for a pool that cannot work"
