@@ -52,7 +52,8 @@ from corral.metrics import (
 from corral.model import STARTING_STATES, InvalidTransition, JobState, RunnerState
 from corral.policy import PoolCounts, RunnerFacts, judge_runner, plan_scale
 from corral.store import StaleRunner, Store
-from corral.store.schema import Job, Runner
+from corral.store.schema import Runner
+from corral.store.store import QueuedJob
 
 logger = logging.getLogger("corral.engine")
 
@@ -361,7 +362,7 @@ class Engine:
         if pool_name in self.config.pools:
             self.scale(pool_name)
 
-    def demand(self, pool_name: str) -> list[Job]:
+    def demand(self, pool_name: str) -> list[QueuedJob]:
         """Queued jobs that count as demand: fresh ones, and old ones GitHub recently confirmed as queued.
 
         An old job nobody has confirmed waits for the next full pass to ask GitHub, so a cancelled or
@@ -372,11 +373,7 @@ class Engine:
         now = utcnow()
         fresh_after = confirmed_after = now - timedelta(seconds=self.config.stale_job_check)
         busy_since = now - BUSY_COVERS_JOB
-        taken = {
-            row.job_id
-            for row in self.store.runners(pool=pool_name, states=[RunnerState.BUSY])
-            if row.job_id is not None and row.state_changed_at >= busy_since
-        }
+        taken = self.store.jobs_of_runners(pool_name, [RunnerState.BUSY], changed_since=busy_since)
         return [
             job
             for job in self.store.demand(pool_name, max_runners_per_job=self.config.max_runners_per_job)
@@ -384,9 +381,8 @@ class Engine:
             and (job.received_at >= fresh_after or (job.checked_at is not None and job.checked_at >= confirmed_after))
         ]
 
-    def pool_counts(self, pool_name: str, demand: list[Job] | None = None) -> PoolCounts:
-        rows = self.store.runners(pool=pool_name, states=LIVE_STATES)
-        states = Counter(RunnerState(row.state) for row in rows)
+    def pool_counts(self, pool_name: str, demand: list[QueuedJob] | None = None) -> PoolCounts:
+        states = self.store.runner_states(pool_name)
         return PoolCounts(
             starting=sum(states[state] for state in STARTING_STATES),
             idle=states[RunnerState.IDLE],
@@ -479,7 +475,7 @@ class Engine:
         if plan.surplus_idle:
             self._retire_surplus(pool_name, pool, plan.surplus_idle)
 
-    def _jobs_to_cover(self, pool_name: str, demand: list[Job], count: int) -> list[int | None]:
+    def _jobs_to_cover(self, pool_name: str, demand: list[QueuedJob], count: int) -> list[int | None]:
         """Which queued job each new runner is started for (oldest uncovered first; None for warm ones).
 
         A job is covered while a runner started for it is still starting or idle; once that runner is
@@ -487,7 +483,7 @@ class Engine:
         `max_runners_per_job`.
         """
         free = [RunnerState.PENDING, RunnerState.CREATING, RunnerState.BOOTING, RunnerState.IDLE]
-        covered = {row.job_id for row in self.store.runners(pool=pool_name, states=free) if row.job_id is not None}
+        covered = self.store.jobs_of_runners(pool_name, free)
         uncovered: list[int | None] = [job.id for job in demand if job.id not in covered]
         return (uncovered + [None] * count)[:count]
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,13 @@ from corral.store.schema import ApiToken, Delivery, Job, PoolStatus, Runner, Run
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: int
+    received_at: datetime
+    checked_at: datetime | None
 
 
 class StaleRunner(Exception):
@@ -224,15 +233,40 @@ class Store:
         with self.session() as session:
             return list(session.scalars(query))
 
-    def demand(self, pool: str, *, max_runners_per_job: int) -> list[Job]:
-        """Queued jobs of a pool that may still be given a runner, oldest first."""
+    def demand(self, pool: str, *, max_runners_per_job: int) -> list[QueuedJob]:
+        """Queued jobs of a pool that may still be given a runner, oldest first.
+
+        Plain rows, not ORM objects: this runs for every webhook, and hydrating hundreds of queued jobs
+        each time is what a backlog would spend its CPU on.
+        """
         query = (
-            select(Job)
+            select(Job.id, Job.received_at, Job.checked_at)
             .where(Job.status == JobState.QUEUED.value, Job.pool == pool, Job.runners_started < max_runners_per_job)
             .order_by(Job.queued_at, Job.id)
         )
         with self.session() as session:
-            return list(session.scalars(query))
+            return [QueuedJob(*row) for row in session.execute(query)]
+
+    def runner_states(self, pool: str) -> Counter[RunnerState]:
+        """Live runners of a pool by state, counted by the database."""
+        live = [state.value for state in RunnerState if state is not RunnerState.DELETED]
+        query = (
+            select(Runner.state, func.count()).where(Runner.pool == pool, Runner.state.in_(live)).group_by(Runner.state)
+        )
+        with self.session() as session:
+            return Counter({RunnerState(state): count for state, count in session.execute(query)})
+
+    def jobs_of_runners(
+        self, pool: str, states: Iterable[RunnerState], *, changed_since: datetime | None = None
+    ) -> set[int]:
+        """The jobs that runners of a pool in `states` were started for."""
+        query = select(Runner.job_id).where(
+            Runner.pool == pool, Runner.state.in_([state.value for state in states]), Runner.job_id.is_not(None)
+        )
+        if changed_since is not None:
+            query = query.where(Runner.state_changed_at >= changed_since)
+        with self.session() as session:
+            return {job_id for job_id in session.scalars(query) if job_id is not None}
 
     def runner_started_for(self, job_id: int) -> None:
         with self.session() as session:
