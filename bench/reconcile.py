@@ -12,8 +12,6 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,15 +24,8 @@ from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import RunnerState
 from corral.sandbox.server import SandboxInfo
 
-
-def start_sandbox(workdir: Path) -> tuple[subprocess.Popen[str], SandboxInfo]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "corral.cli", "sandbox", "--boot-delay", "0", "--workdir", str(workdir)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    return process, SandboxInfo(**json.loads(process.stdout.readline()))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.support import start_sandbox, stop
 
 
 def calls(control: httpx.Client) -> dict[str, int]:
@@ -96,8 +87,7 @@ def main() -> None:
                     flush=True,
                 )
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            stop(process)
 
 
 if __name__ == "__main__":

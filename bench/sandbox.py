@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,18 +20,10 @@ from typing import Any
 import httpx
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.support import start_sandbox, stop
+
 CONCURRENCY = 16
-
-
-def start_sandbox(workdir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "corral.cli", "sandbox", "--boot-delay", "0", "--workdir", str(workdir)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    info: dict[str, Any] = json.loads(process.stdout.readline())
-    return process, info
 
 
 def rss_mib(pid: int) -> float:
@@ -97,7 +87,8 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=10_000)
     args = parser.parse_args()
     workdir = Path(f"/tmp/corral-bench-sandbox-{time.time_ns()}")
-    process, info = start_sandbox(workdir)
+    process, sandbox = start_sandbox(workdir)
+    info = sandbox.as_dict()
     try:
         idle_rss = rss_mib(process.pid)
         token = keystone_token(info)
@@ -135,8 +126,7 @@ def main() -> None:
             runners_ms, _ = timed_get(client, f"{info['github_url']}/orgs/bench/actions/runners?per_page=100")
         full_rss = rss_mib(process.pid)
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop(process)
     print(f"servers={args.servers} created_per_s={servers_per_s:.0f}")
     print(f"runners={args.runners} jitconfigs_per_s={runners_per_s:.0f}")
     print(f"detail_list_1000_ms={detail_ms:.1f} body_kib={detail_bytes / 1024:.0f}")
