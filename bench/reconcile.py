@@ -48,7 +48,7 @@ def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int) -> dict[
         while len(corral.service.store.runners(states=[RunnerState.IDLE])) < pools * per_pool:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{pools}x{runners}: runners did not all come up")
-            corral.reconcile()
+            corral.reconcile(timeout=600)
         before = calls(control)
         cpu = time.process_time()
         wall = time.perf_counter()

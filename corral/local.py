@@ -114,14 +114,14 @@ class LocalCorral:
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(make(), self._loop)  # type: ignore[arg-type]
         return future.result(timeout)
 
-    def reconcile(self) -> None:
+    def reconcile(self, timeout: float = 30.0) -> None:
         """One full pass now, then wait for the creations and deletions it started."""
 
         async def run() -> None:
             await self.service.engine.reconcile()
             await self.service.engine.drain()
 
-        self.call(run)
+        self.call(run, timeout=timeout)
 
     def reload(self, document: dict[str, Any]) -> list[str]:
         self.write_config(document)
