@@ -224,6 +224,74 @@ def test_tag_operations(sandbox: Sandbox, os_conn: Conn) -> None:
     assert missing.json()["itemNotFound"]["message"] == f"Server {server.id} has no tag 'nope'"
 
 
+INVALID_NAME = (
+    "An invalid 'name' value was provided. The name must be: printable characters. "
+    "Can not start or end with whitespace."
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "Invalid input for field/attribute name. Value: . '' should be non-empty"),
+        (" x", INVALID_NAME),
+        ("x ", INVALID_NAME),
+        ("x" * 256, "is too long"),
+    ],
+)
+def test_invalid_names_are_refused_on_create_and_rename_as_nova_does(
+    sandbox: Sandbox, os_conn: Conn, name: str, message: str
+) -> None:
+    """Nova's `name` schema (jsonschema 4.21+ wording) guards both create and rename; a rename that
+    Nova refuses must not change the server (found by tests/live/test_differential.py)."""
+    with pytest.raises(openstack.exceptions.BadRequestException) as caught:
+        boot(os_conn, name)
+    assert message in str(caught.value.details)
+    server = boot(os_conn, "named")
+    url = f"{sandbox.info.openstack_url}/compute/v2.1/servers/{server.id}"
+    response = httpx.put(url, json={"server": {"name": name}}, headers=compute_headers(os_conn))
+    assert response.status_code == 400
+    assert message in response.json()["badRequest"]["message"]
+    assert os_conn.compute.get_server(server.id).name == "named"
+
+
+@pytest.mark.parametrize(
+    ("tag", "problem"),
+    [("bad,tag", "'bad,tag' does not match '^[^,/]*$'"), ("t" * 61, f"'{'t' * 61}' is too long")],
+)
+def test_a_single_invalid_tag_is_refused_in_novas_words(
+    sandbox: Sandbox, os_conn: Conn, tag: str, problem: str
+) -> None:
+    """`PUT /servers/{id}/tags/{tag}` words its 400 unlike the schema's (found by the differential)."""
+    server = boot(os_conn, "tagged")
+    url = f"{sandbox.info.openstack_url}/compute/v2.1/servers/{server.id}/tags"
+    response = httpx.put(f"{url}/{tag}", headers=compute_headers(os_conn, "2.26"))
+    assert response.status_code == 400
+    assert response.json()["badRequest"]["message"] == (
+        f"Tag '{tag}' is invalid. It must be a non empty string without characters '/' and ','. "
+        f"Validation error message: {problem}"
+    )
+    empty = httpx.put(url, json={"tags": [""]}, headers=compute_headers(os_conn, "2.26"))
+    assert (
+        empty.json()["badRequest"]["message"] == "Invalid input for field/attribute 0. Value: . '' should be non-empty"
+    )
+    assert os_conn.compute.get_server(server.id).tags == []
+
+
+def test_malformed_network_uuid_fails_novas_networks_schema(os_conn: Conn) -> None:
+    """From 2.37 `networks` is a oneOf, so a malformed uuid is a schema 400 naming the whole list, not a
+    network that could not be found (found by tests/live/test_differential.py)."""
+    with pytest.raises(openstack.exceptions.BadRequestException) as caught:
+        os_conn.compute.create_server(
+            name="bad-net", image_id=image_id(os_conn, "cirros"), flavor_id="1", networks=[{"uuid": "not-a-uuid"}]
+        )
+    assert str(caught.value.details) == (
+        "Invalid input for field/attribute networks. Value: [{'uuid': 'not-a-uuid'}]. "
+        "[{'uuid': 'not-a-uuid'}] is not valid under any of the given schemas"
+    )
+    assert list(os_conn.compute.servers()) == []
+
+
 def test_tags_on_create_need_2_52(sandbox: Sandbox, os_conn: Conn) -> None:
     body = {
         "server": {

@@ -17,7 +17,13 @@ from corral.sandbox.cloud.errors import ApiError
 from corral.sandbox.cloud.microversion import NOVA
 from corral.sandbox.cloud.nova_views import ServerViews, links
 from corral.sandbox.cloud.records import Server
-from corral.sandbox.cloud.server_request import parse_server_request, validate_metadata, validate_tag
+from corral.sandbox.cloud.server_request import (
+    parse_server_request,
+    validate_metadata,
+    validate_name,
+    validate_single_tag,
+    validate_tag,
+)
 from corral.sandbox.cloud.service import (
     json_body,
     no_content,
@@ -276,7 +282,7 @@ def build_server_router(world: World) -> APIRouter:
         if not isinstance(changes, dict):
             raise ApiError(400, "Malformed request body")
         if "name" in changes:
-            server.name = str(changes["name"])
+            server.name = validate_name(changes["name"])
         if "description" in changes and version_at_least(request, (2, 19)):
             server.description = changes["description"]
         if "hostname" in changes and version_at_least(request, (2, 90)):
@@ -402,7 +408,7 @@ def build_server_router(world: World) -> APIRouter:
     @router.put("/servers/{server_id}/tags/{tag}")
     async def add_tag(request: Request, server_id: str, tag: str) -> Response:
         server = tagged(request, server_id)
-        validate_tag(tag, "tag")
+        validate_single_tag(tag)
         if tag in server.tags:
             return no_content(request)
         if len(server.tags) >= 50:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import uuid
 from typing import Any
 
 from corral.sandbox.cloud.errors import ApiError
@@ -125,19 +126,27 @@ def _check_fields(server: dict[str, Any], version: Version) -> None:
 
 
 def _name(server: dict[str, Any]) -> str:
-    name = server["name"]
+    return validate_name(server["name"])
+
+
+INVALID_NAME = (
+    "An invalid 'name' value was provided. The name must be: printable characters. "
+    "Can not start or end with whitespace."
+)
+"""Nova's message for a value its `name` format rejects (create and rename alike)."""
+
+
+def validate_name(name: Any) -> str:
+    """Nova's `parameter_types.name`: a string of 1-255 printable characters, no leading or trailing
+    whitespace; jsonschema (4.21+) calls a too short string "should be non-empty"."""
     if not isinstance(name, str):
         raise invalid("name", name, f"{name!r} is not of type 'string'")
-    if not name or len(name) > 255 or name != name.strip():
-        raise invalid(
-            "name",
-            name,
-            f"{name!r} does not match '^(?! )[a-zA-Z0-9. _-]+(?<! )$'"
-            if name != name.strip()
-            else f"{name!r} is too long"
-            if name
-            else f"{name!r} is too short",
-        )
+    if not name:
+        raise invalid("name", name, "'' should be non-empty")
+    if len(name) > 255:
+        raise invalid("name", name, f"{name!r} is too long")
+    if name != name.strip() or not name.isprintable():
+        raise ApiError(400, INVALID_NAME)
     return name
 
 
@@ -187,15 +196,36 @@ def _tags(value: Any) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-def validate_tag(tag: Any, field: str) -> str:
+def tag_problem(tag: Any) -> str | None:
+    """Why Nova's `parameter_types.tag` schema rejects `tag` (jsonschema's words), or None."""
     if not isinstance(tag, str):
-        raise invalid(field, tag, f"{tag!r} is not of type 'string'")
+        return f"{tag!r} is not of type 'string'"
     if not tag:
-        raise invalid(field, tag, "'' is too short")
+        return "'' should be non-empty"
     if len(tag) > 60:
-        raise invalid(field, tag, f"{tag!r} is too long")
+        return f"{tag!r} is too long"
     if not TAG.match(tag):
-        raise invalid(field, tag, f"{tag!r} does not match '^[^,/]*$'")
+        return f"{tag!r} does not match '^[^,/]*$'"
+    return None
+
+
+def validate_tag(tag: Any, field: str) -> str:
+    """A tag in a create or replace-all body: the schema's usual 400."""
+    problem = tag_problem(tag)
+    if problem is not None:
+        raise invalid(field, tag, problem)
+    return str(tag)
+
+
+def validate_single_tag(tag: str) -> str:
+    """A tag added on its own (`PUT /servers/{id}/tags/{tag}`): Nova words that refusal its own way."""
+    problem = tag_problem(tag)
+    if problem is not None:
+        raise ApiError(
+            400,
+            f"Tag '{tag}' is invalid. It must be a non empty string without characters '/' and ','. "
+            f"Validation error message: {problem}",
+        )
     return tag
 
 
@@ -223,6 +253,13 @@ def _nics(state: CloudState, server: dict[str, Any], version: Version) -> list[N
     for entry in networks:
         if not isinstance(entry, dict):
             raise invalid("networks", networks, f"{entry!r} is not of type 'object'")
+        for field in ("uuid", "port"):
+            value = entry.get(field)
+            if value and not _uuid_like(value):
+                # From 2.37 `networks` is a oneOf (a list, or "auto"/"none"), so Nova names the whole list.
+                if version >= (2, 37):
+                    raise invalid("networks", networks, f"{networks!r} is not valid under any of the given schemas")
+                raise invalid(field, value, f"{value!r} is not a 'uuid'")
         if entry.get("port"):
             port = state.ports.get(entry["port"])
             if port is None:
@@ -237,6 +274,14 @@ def _nics(state: CloudState, server: dict[str, Any], version: Version) -> list[N
         else:
             raise ApiError(400, "Bad networks format: network uuid is not in proper format")
     return nics
+
+
+def _uuid_like(value: Any) -> bool:
+    """oslo's `is_uuid_like`, which Nova's `uuid` format uses: any spelling `uuid.UUID` reads back."""
+    try:
+        return str(uuid.UUID(str(value))).replace("-", "") == str(value).lower().replace("-", "")
+    except ValueError:
+        return False
 
 
 def _volumes(state: CloudState, mappings: Any) -> list[VolumeRequest]:
