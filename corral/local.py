@@ -24,6 +24,7 @@ import yaml
 
 from corral.api.app import build_app
 from corral.cloud.openstack import OpenStackProvider
+from corral.cloud.provider import CloudProvider
 from corral.sandbox.server import SandboxInfo, bind_socket
 from corral.service import Service
 
@@ -69,12 +70,22 @@ def pool_spec(labels: list[str], **overrides: Any) -> dict[str, Any]:
 class LocalCorral:
     """corral serving on loopback; `call` runs a coroutine on its loop and returns the result."""
 
-    def __init__(self, sandbox: SandboxInfo, config_path: Path, document: dict[str, Any], *, port: int = 0) -> None:
+    def __init__(
+        self,
+        sandbox: SandboxInfo,
+        config_path: Path,
+        document: dict[str, Any],
+        *,
+        port: int = 0,
+        cloud: CloudProvider | None = None,
+    ) -> None:
+        """`cloud` replaces the sandbox's OpenStack with another (a real cloud), GitHub staying the sandbox."""
         self.sandbox = sandbox
         self.config_path = config_path
         self.write_config(document)
+        installation = document.get("installation", "corral")
         self.service = Service.from_file(
-            config_path, cloud=OpenStackProvider(sandbox_connection(sandbox), document.get("installation", "corral"))
+            config_path, cloud=cloud or OpenStackProvider(sandbox_connection(sandbox), installation)
         )
         self._socket = bind_socket("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
