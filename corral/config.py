@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from corral.cloud.userdata import UserDataError, load_template
+
 POOL_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 """Pool names become part of server names (`<prefix>-<pool>-<id>`) and hostnames: DNS-label safe, short."""
 VOLUME_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -241,6 +243,9 @@ class CorralConfig(StrictModel):
     extra_volumes: list[SharedVolumeConfig] = Field(default_factory=list)
     pools: dict[str, PoolConfig] = Field(min_length=1)
     reconcile_interval: Duration = 30.0
+    user_data_template: Path | None = None
+    """A cloud-init script of your own (string.Template: ${jit_config}, ${runner_name}, ${pool}, ${labels},
+    ${runner_download_url}); the default installs or finds the runner and starts it."""
     stale_job_check: Duration = 60.0
     """A job queued longer than this is confirmed with GitHub (one GET) before it gets a runner."""
     max_runners_per_job: int = Field(default=3, ge=1, le=20)
@@ -278,6 +283,11 @@ class CorralConfig(StrictModel):
                     "apart; give one of them a distinguishing label"
                 )
             seen[key] = name
+        if self.user_data_template is not None:
+            try:
+                load_template(self.user_data_template)
+            except (OSError, UserDataError) as exc:
+                problems.append(f"user_data_template: {exc}; point it at a readable string.Template script")
         for index, volume in enumerate(self.extra_volumes):
             unknown = [p for p in volume.propagation if p != "all" and p not in self.pools]
             if unknown:
@@ -341,6 +351,13 @@ def _read_secret_files(raw: dict[str, Any], base: Path, problems: list[str]) -> 
             github[key] = os.environ[variable]
 
 
+def _resolve_template_path(raw: dict[str, Any], base: Path) -> None:
+    """A relative `user_data_template` is taken from the config file's folder, like the secret files."""
+    template = raw.get("user_data_template")
+    if isinstance(template, str) and not Path(template).is_absolute():
+        raw["user_data_template"] = str(base / template)
+
+
 def parse_config(raw: object, base: Path = Path()) -> CorralConfig:
     """Validate an already-parsed document; raises ConfigError listing every problem."""
     if not isinstance(raw, dict):
@@ -350,6 +367,7 @@ def parse_config(raw: object, base: Path = Path()) -> CorralConfig:
         raw["github"] = dict(raw["github"])
     problems: list[str] = []
     _read_secret_files(raw, base, problems)
+    _resolve_template_path(raw, base)
     try:
         config = CorralConfig.model_validate(raw)
     except ValidationError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from corral.api.views import PoolView
 from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import CloudProvider
+from corral.cloud.userdata import load_template
 from corral.config import ConfigError, CorralConfig, load_config
 from corral.engine.reconciler import LIVE_STATES, Engine
 from corral.github.client import GitHubClient
@@ -41,7 +42,9 @@ class Service:
         self.store.migrate()
         self.cloud = cloud or OpenStackProvider(connect(config.cloud), config.installation)
         self.github = GitHubClient(config.github)
-        self.engine = Engine(config, self.store, self.cloud, self.github)
+        self.engine = Engine(
+            config, self.store, self.cloud, self.github, user_data_template=load_template(config.user_data_template)
+        )
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
 

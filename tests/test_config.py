@@ -138,3 +138,18 @@ def test_bad_yaml_and_non_mapping_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(path)
     assert "must be a YAML mapping" in problems_of(["a list"])[0]
+
+
+def test_a_user_data_template_must_exist_and_parse(tmp_path: Path) -> None:
+    (tmp_path / "good.sh").write_text("#!/bin/sh\nexec ./run.sh --jitconfig ${jit_config}  # $$HOME\n")
+    (tmp_path / "bad.sh").write_text("#!/bin/sh\necho ${unclosed\n")
+    base = document()
+    path = tmp_path / "corral.yaml"
+    path.write_text(yaml.safe_dump({**base, "user_data_template": "good.sh"}))
+    assert load_config(path).user_data_template == tmp_path / "good.sh"
+    for name, expected in [("bad.sh", "invalid placeholder"), ("missing.sh", "No such file")]:
+        path.write_text(yaml.safe_dump({**base, "user_data_template": name}))
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        (problem,) = caught.value.problems
+        assert problem.startswith("user_data_template:") and expected in problem

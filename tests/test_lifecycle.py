@@ -241,3 +241,17 @@ def test_a_pool_the_cloud_cannot_serve_is_not_ready_and_the_others_carry_on(
     assert "no-such-image" in broken["reason"] and "no-such-net" in broken["reason"]
     assert pools_view(corral)["small"]["ready"] is True
     assert "broken" not in cloud_servers(sandbox), "nothing is created for a pool that cannot work"
+
+
+def test_a_replaced_user_data_template_is_what_the_servers_boot(
+    sandbox: Sandbox, start_corral: Any, database_url: str, tmp_path: Path, control: httpx.Client
+) -> None:
+    # A template that forgets the JIT config: servers boot, and no runner can ever come online.
+    (tmp_path / "broken.sh").write_text("#!/bin/sh\necho starting ${runner_name} of ${pool}\n")
+    document = corral_config(
+        sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=1)}, user_data_template="broken.sh"
+    )
+    corral = start_corral(document)
+    converge(corral, lambda: cloud_servers(sandbox) == {"small": ["ACTIVE"]}, "a server booted")
+    wait_until(lambda: control.get("/stats").json()["counters"].get("servers_without_runner") == 1, what="no JIT")
+    assert online_per_pool(sandbox) == {}

@@ -111,6 +111,7 @@ class Engine:
         """Adopt a new configuration: pools added, removed or changed converge from the next pass."""
         self.config = config
         self.generation += 1
+        self.template = load_template(config.user_data_template)
         await self.check_pools()
         self.wake()
 
