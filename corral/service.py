@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from pathlib import Path
 
 from corral.api.views import PoolView
@@ -16,7 +15,7 @@ from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import CloudProvider
 from corral.cloud.userdata import load_template
 from corral.config import ConfigError, CorralConfig, load_config
-from corral.engine.reconciler import LIVE_STATES, Engine
+from corral.engine.reconciler import Engine
 from corral.github.client import GitHubClient
 from corral.model import RunnerState
 from corral.policy import plan_scale
@@ -89,21 +88,17 @@ class Service:
 
     def pool_views(self) -> list[PoolView]:
         """Per pool (including removed pools still draining): desired, runners by state, readiness."""
-        rows = self.store.runners(states=LIVE_STATES)
-        counts = Counter((row.pool, row.state) for row in rows)
         statuses = self.store.pool_statuses()
-        names = sorted(set(self.config.pools) | {row.pool for row in rows})
+        names = sorted(set(self.config.pools) | self.store.live_pools())
         views = []
         for name in names:
             pool = self.config.pools.get(name)
-            pool_counts = self.engine.pool_counts(name)
+            states = self.store.runner_states(name)
+            pool_counts = self.engine.pool_counts(name, states=states)
             min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
             plan = plan_scale(pool_counts, min_idle=min_idle, max_runners=max_runners)
             ready, reason = self.engine.pool_ready(name) if pool else (False, "removed from the configuration")
             status = statuses.get(name)
-
-            def n(state: RunnerState, pool_name: str = name) -> int:
-                return counts[(pool_name, state.value)]
 
             views.append(
                 PoolView(
@@ -117,14 +112,14 @@ class Service:
                     min_idle=min_idle,
                     max_runners=max_runners,
                     queued_jobs=pool_counts.queued_jobs,
-                    pending=n(RunnerState.PENDING),
-                    creating=n(RunnerState.CREATING),
-                    booting=n(RunnerState.BOOTING),
+                    pending=states[RunnerState.PENDING],
+                    creating=states[RunnerState.CREATING],
+                    booting=states[RunnerState.BOOTING],
                     starting=pool_counts.starting,
-                    idle=n(RunnerState.IDLE),
-                    busy=n(RunnerState.BUSY),
-                    failed=n(RunnerState.FAILED),
-                    deleting=n(RunnerState.DELETING),
+                    idle=states[RunnerState.IDLE],
+                    busy=states[RunnerState.BUSY],
+                    failed=states[RunnerState.FAILED],
+                    deleting=states[RunnerState.DELETING],
                 )
             )
         return views

@@ -13,8 +13,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from corral.clock import utcnow
 from corral.config import CorralConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.github.client import GitHubClient, GitHubError
@@ -33,10 +34,6 @@ MAX_REDELIVERIES = 5
 TRACKED_REDELIVERIES = 10_000
 REDELIVERY_WINDOW = timedelta(hours=1)
 GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN_PROGRESS}
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class JobTracker:

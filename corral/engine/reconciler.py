@@ -17,10 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from string import Template
 from typing import Any
 
+from corral.clock import utcnow
 from corral.cloud.provider import (
     META_INSTALLATION,
     META_POOL,
@@ -63,10 +64,6 @@ BUSY_COVERS_JOB = timedelta(seconds=30)
 otherwise first (the job's own webhook); after that, a job still queued gets another runner."""
 CLOUD_THREADS = 8
 LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Engine:
@@ -382,8 +379,11 @@ class Engine:
             and (job.received_at >= fresh_after or (job.checked_at is not None and job.checked_at >= confirmed_after))
         ]
 
-    def pool_counts(self, pool_name: str, demand: list[QueuedJob] | None = None) -> PoolCounts:
-        states = self.store.runner_states(pool_name)
+    def pool_counts(
+        self, pool_name: str, demand: list[QueuedJob] | None = None, states: Counter[RunnerState] | None = None
+    ) -> PoolCounts:
+        """Runners by kind and the demand waiting for them; pass what the caller already read."""
+        states = self.store.runner_states(pool_name) if states is None else states
         return PoolCounts(
             starting=sum(states[state] for state in STARTING_STATES),
             idle=states[RunnerState.IDLE],

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.clock import utcnow
 from corral.model import JobState, RunnerState
 from corral.store.schema import ApiToken, Delivery, Job, PoolStatus, Runner, RunnerEvent
 
@@ -38,10 +39,6 @@ class QueuedJob:
 
 class StaleRunner(Exception):
     """The runner is no longer in the state the caller read: someone else moved it first."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def hash_token(text: str) -> str:
@@ -255,6 +252,12 @@ class Store:
         )
         with self.session() as session:
             return Counter({RunnerState(state): count for state, count in session.execute(query)})
+
+    def live_pools(self) -> set[str]:
+        """Pools that still have runners not yet deleted (including pools removed from the config)."""
+        query = select(Runner.pool).where(Runner.state != RunnerState.DELETED.value).distinct()
+        with self.session() as session:
+            return set(session.scalars(query))
 
     def jobs_of_runners(
         self, pool: str, states: Iterable[RunnerState], *, changed_since: datetime | None = None
