@@ -34,10 +34,16 @@ def build_app(service: Service) -> FastAPI:
 
     @app.get("/readyz", tags=["health"])
     async def readyz(response: Response) -> dict[str, object]:
-        """Ready once the engine has completed a pass (so the views it serves are real)."""
-        ready = service.engine.passes > 0
+        """Ready once the engine has completed a pass and every pool can serve jobs (a pool an operator
+        drained does not count against it). The body names each pool's readiness and why not."""
+        pools = {}
+        for name in service.config.pools:
+            pool_ready, reason = service.engine.pool_ready(name)
+            pools[name] = {"ready": pool_ready, "reason": reason}
+        serving = [name for name in service.config.pools if name not in service.engine.drained]
+        ready = service.engine.passes > 0 and all(pools[name]["ready"] for name in serving)
         response.status_code = 200 if ready else 503
-        return {"ready": ready, "passes": service.engine.passes}
+        return {"ready": ready, "passes": service.engine.passes, "pools": pools}
 
     read = [Depends(requires(service.store, "read"))]
     admin = [Depends(requires(service.store, "admin"))]

@@ -34,6 +34,7 @@ from corral.cloud.provider import (
     CloudError,
     CloudQuotaExceeded,
     CloudRequestRejected,
+    CloudResourceMissing,
     CloudServer,
     CloudTransientError,
     ServerSpec,
@@ -201,7 +202,7 @@ class OpenStackProvider:
         }
         found = self._idempotent(f"find {kind} {name!r}", lambda: finders[kind](name))
         if found is None:
-            raise CloudRequestRejected(f"{kind} {name!r} does not exist in this cloud")
+            raise CloudResourceMissing(f"{kind} {name!r} does not exist in this cloud")
         with self._lock:
             self._ids[key] = found.id
         return str(found.id)
@@ -223,20 +224,20 @@ class OpenStackProvider:
                 self._ids.pop(key, None)
 
     def _missing(self, kind: str, name: str, finder: tuple[str, str]) -> str | None:
-        """A problem line when `<service proxy>.<find method>(name)` finds nothing or fails, else None."""
+        """A problem line when `<service proxy>.<find method>(name)` finds nothing, else None; errors raise."""
         service, method = finder
 
         def find() -> Any:
             return getattr(getattr(self.connection, service), method)(name, ignore_missing=True)
 
-        try:
-            found = self._idempotent(f"find {kind} {name!r}", find)
-        except CloudError as exc:
-            return str(exc)
+        found = self._idempotent(f"find {kind} {name!r}", find)
         return f"{kind} {name!r} does not exist in this cloud" if found is None else None
 
     def check_pool(self, spec: ServerSpec) -> list[str]:
-        """Resolve every name the pool uses, refreshing the cache; the problems found, or none."""
+        """Resolve every name the pool uses, refreshing the cache; the problems found, or none.
+
+        A lookup that fails (rather than finding nothing) raises: that says nothing about the pool.
+        """
         with self._lock:
             self._ids.clear()
         problems: list[str] = []
@@ -244,7 +245,7 @@ class OpenStackProvider:
         for kind, name in lookups:
             try:
                 self._lookup(kind, name)
-            except CloudError as exc:
+            except CloudResourceMissing as exc:
                 problems.append(str(exc))
         checks = [("security group", group, ("network", "find_security_group")) for group in spec.security_groups]
         if spec.key_name:
@@ -254,24 +255,17 @@ class OpenStackProvider:
         problems.extend(problem for kind, name, finder in checks if (problem := self._missing(kind, name, finder)))
         if spec.availability_zone:
             problems.extend(self._check_zone(spec.availability_zone))
-        if volume_types:
-            try:
-                if not self._compute_supports(VOLUME_TYPE_MICROVERSION):
-                    problems.append(
-                        f"volume types need compute API {VOLUME_TYPE_MICROVERSION}, which this cloud lacks; "
-                        "remove boot_volume_type and the volumes' type"
-                    )
-            except CloudError as exc:
-                problems.append(str(exc))
+        if volume_types and not self._compute_supports(VOLUME_TYPE_MICROVERSION):
+            problems.append(
+                f"volume types need compute API {VOLUME_TYPE_MICROVERSION}, which this cloud lacks; "
+                "remove boot_volume_type and the volumes' type"
+            )
         return problems
 
     def _check_zone(self, zone: str) -> list[str]:
-        try:
-            zones = self._idempotent(
-                "list availability zones", lambda: [z.name for z in self.connection.compute.availability_zones()]
-            )
-        except CloudError as exc:
-            return [str(exc)]
+        zones = self._idempotent(
+            "list availability zones", lambda: [z.name for z in self.connection.compute.availability_zones()]
+        )
         if zone in zones:
             return []
         return [f"availability zone {zone!r} does not exist in this cloud; it has {sorted(zones)}"]

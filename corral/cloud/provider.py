@@ -34,6 +34,10 @@ class CloudRequestRejected(CloudError):
     """The cloud refused the request as made (bad flavor, unknown image...): retrying will not help."""
 
 
+class CloudResourceMissing(CloudRequestRejected):
+    """A name the pool uses (image, flavor, network...) does not exist: a definite answer, unlike an error."""
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """Everything a pool declares about its servers, resolved for one runner."""
@@ -91,7 +95,11 @@ class CloudProvider(Protocol):
         ...
 
     def check_pool(self, spec: ServerSpec) -> list[str]:
-        """Problems that would make every create fail (unknown image, flavor, network): empty when fine."""
+        """Problems that would make every create fail (unknown image, flavor, network): empty when fine.
+
+        Only definite answers are problems; a check the cloud could not answer (a 5xx, a refused token, a
+        dropped connection) raises `CloudError`, so the caller retries it instead of disabling the pool.
+        """
         ...
 
     def close(self) -> None: ...
