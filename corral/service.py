@@ -94,7 +94,8 @@ class Service:
         for name in names:
             pool = self.config.pools.get(name)
             states = self.store.runner_states(name)
-            pool_counts = self.engine.pool_counts(name, states=states)
+            demand = self.engine.judge_demand(name)
+            pool_counts = self.engine.pool_counts(name, demand.wanted, states=states)
             min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
             plan = plan_scale(pool_counts, min_idle=min_idle, max_runners=max_runners)
             ready, reason = self.engine.pool_ready(name) if pool else (False, "removed from the configuration")
@@ -112,6 +113,7 @@ class Service:
                     min_idle=min_idle,
                     max_runners=max_runners,
                     queued_jobs=pool_counts.queued_jobs,
+                    held_jobs=len(demand.held),
                     pending=states[RunnerState.PENDING],
                     creating=states[RunnerState.CREATING],
                     booting=states[RunnerState.BOOTING],

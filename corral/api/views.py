@@ -20,6 +20,8 @@ class PoolView(BaseModel):
     min_idle: int
     max_runners: int
     queued_jobs: int
+    held_jobs: int
+    """Queued jobs held back for now: their runners went to other jobs `max_runners_per_job` times."""
     pending: int
     creating: int
     booting: int

@@ -59,7 +59,8 @@ class JobTracker:
         return await self.verify_stale(config) | await self.recover_missed(config)
 
     async def verify_stale(self, config: CorralConfig) -> set[str]:
-        """Ask GitHub about old queued jobs; returns the pools whose demand changed."""
+        """Ask GitHub about old queued jobs, and about running jobs whose runner is gone; returns the pools
+        whose demand changed."""
         now = utcnow()
         # A confirmation is good for as long as a fresh job goes unconfirmed.
         stale = timedelta(seconds=config.stale_job_check)
@@ -67,6 +68,11 @@ class JobTracker:
             queued_before=now - stale,
             checked_before=now - stale,
             limit=STALE_CHECKS_PER_PASS,
+        )
+        jobs += self.store.unfinished_jobs_without_runner(
+            started_before=now - stale,
+            checked_before=now - stale,
+            limit=STALE_CHECKS_PER_PASS - len(jobs),
         )
         slots = asyncio.Semaphore(CONCURRENT_CHECKS)
 
@@ -77,15 +83,21 @@ class JobTracker:
                     status = await self.github.get_job(scope, job.repository, job.id)
                 except GitHubError as exc:
                     GITHUB_ERRORS.labels(type(exc).__name__).inc()
-                    self.log_once.warning("jobs:verify", f"cannot confirm job {job.id} is still queued: {exc}")
+                    self.log_once.warning("jobs:verify", f"cannot ask GitHub about job {job.id}: {exc}")
                     if exc.status == 404:
                         self.store.job_checked(job.id, status=JobState.COMPLETED, conclusion="not_found")
                     return None
             state = GITHUB_JOB_STATES.get(status.status, JobState.QUEUED)
-            self.store.job_checked(job.id, status=state, conclusion=status.conclusion)
-            if state is JobState.QUEUED:
+            self.store.job_checked(
+                job.id,
+                status=state,
+                conclusion=status.conclusion,
+                runner_name=status.runner_name,
+                completed_at=status.completed_at,
+            )
+            if state.value == job.status:
                 return None
-            logger.info("job %d is %s on GitHub, no longer demand", job.id, status.status)
+            logger.info("job %d is %s on GitHub (corral had it %s)", job.id, status.status, job.status)
             return job.pool
 
         return {pool for pool in await asyncio.gather(*(verify(job) for job in jobs)) if pool}

@@ -37,7 +37,6 @@ async def observe(
     github: GitHubClient,
     scope_keys: Iterable[str],
     *,
-    github_paused: bool,
     log_once: LogOnce,
     executor: Executor | None = None,
 ) -> Observation:
@@ -51,11 +50,12 @@ async def observe(
         log_once.warning("cloud:list", f"cannot list servers, judging no runner by the cloud this pass: {exc}")
         by_runner = None
     observation = Observation(servers=by_runner)
-    if github_paused:
-        return observation
     for key in sorted(set(scope_keys)):
+        scope = ScopeConfig.from_key(key)
+        if github.paused_for(scope) > 0:
+            continue  # at the rate limit: absent from `registrations`, so nothing is judged by its absence
         try:
-            runners = await github.list_runners(ScopeConfig.from_key(key))
+            runners = await github.list_runners(scope)
         except GitHubError as exc:
             GITHUB_ERRORS.labels(type(exc).__name__).inc()
             log_once.warning(f"github:list:{key}", f"cannot list runners of {key}: {exc}")

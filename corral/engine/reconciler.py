@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import timedelta
 from string import Template
 from typing import Any
@@ -37,7 +38,7 @@ from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import Backoff, LogOnce
 from corral.engine.jobs import JobTracker
 from corral.engine.observe import Observation, observe
-from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
+from corral.github.client import GitHubClient, GitHubError
 from corral.metrics import (
     CLOUD_CALL_SECONDS,
     CLOUD_CALLS,
@@ -64,6 +65,28 @@ BUSY_COVERS_JOB = timedelta(seconds=30)
 otherwise first (the job's own webhook); after that, a job still queued gets another runner."""
 CLOUD_THREADS = 8
 LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
+MAX_DIVERTED_HOLD = timedelta(minutes=10)
+"""The longest a job whose runners keep going to other jobs waits before it may get another."""
+RECHECK_BROKEN_POOL_S = 300.0
+"""How often a pool with a definite problem (no such image) is looked at again, in case the cloud was fixed."""
+
+
+@dataclass
+class Demand:
+    """A pool's queued jobs split into those that get runners now and those held back for now."""
+
+    wanted: list[QueuedJob] = field(default_factory=list)
+    held: list[QueuedJob] = field(default_factory=list)
+
+
+@dataclass
+class PoolCheck:
+    """What the last look at the cloud said of a pool: `problems` is None until a check got an answer."""
+
+    backoff: Backoff
+    problems: list[str] | None = None
+    error: str | None = None
+    due: float = 0.0
 
 
 class Engine:
@@ -87,9 +110,9 @@ class Engine:
         self.template = user_data_template or load_template(None)
         self.clock = clock
         self.log_once = LogOnce(logger, clock=clock)
-        self.pool_problems: dict[str, list[str]] = {}
         self.backoffs: dict[str, Backoff] = {}
-        self.github_backoff = Backoff(base_s=5.0, cap_s=3600.0, clock=clock)
+        self.checks: dict[str, PoolCheck] = {}
+        self._checking: asyncio.Task[Any] | None = None
         self._in_flight: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
@@ -109,22 +132,46 @@ class Engine:
         self.config = config
         self.generation += 1
         self.template = load_template(config.user_data_template)
+        self.checks.clear()
         await self.check_pools()
         self.wake()
 
-    async def check_pools(self) -> None:
-        """Ask the cloud whether each pool's image, flavor, networks... exist; a pool with problems is not ready."""
+    async def check_pools(self, only_due: bool = False) -> None:
+        """Ask the cloud whether each pool's image, flavor, networks... exist; a pool with problems is not ready.
+
+        A check the cloud could not answer is retried with backoff; a definite problem (no such image) keeps
+        the pool not ready and is looked at again now and then, so fixing the cloud needs no reload.
+        """
+        now = self.clock()
         for name, pool in self.config.pools.items():
+            check = self.checks.setdefault(name, PoolCheck(backoff=Backoff(base_s=1.0, cap_s=300.0, clock=self.clock)))
+            if only_due and now < check.due:
+                continue
             spec = self._server_spec(name, pool, runner_id="check", runner_name="check", user_data="")
             try:
                 problems = await asyncio.get_running_loop().run_in_executor(
                     self._cloud_threads, self.cloud.check_pool, spec
                 )
             except CloudError as exc:
-                problems = [f"cannot check the pool against the cloud: {exc}"]
-            if problems:
+                wait = check.backoff.failed()
+                check.error, check.due = str(exc), self.clock() + wait
+                self.log_once.warning(
+                    f"check:{name}", f"pool {name}: cannot check it against the cloud, retrying in {wait:.0f}s: {exc}"
+                )
+                continue
+            check.backoff.succeeded()
+            check.error = None
+            check.due = self.clock() + RECHECK_BROKEN_POOL_S if problems else float("inf")
+            if problems and problems != check.problems:
                 logger.warning("pool %s is not ready: %s", name, "; ".join(problems))
-            self.pool_problems[name] = problems
+            check.problems = problems
+
+    def _check_due_pools(self) -> None:
+        """Re-check, beside the pass, pools whose last check failed or found problems."""
+        now = self.clock()
+        due = any(check.due <= now for check in self.checks.values())
+        if due and (self._checking is None or self._checking.done()):
+            self._checking = self._spawn(self.check_pools(only_due=True))
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -159,7 +206,6 @@ class Engine:
             self.cloud,
             self.github,
             scope_keys,
-            github_paused=self.github_backoff.waiting,
             log_once=self.log_once,
             executor=self._cloud_threads,
         )
@@ -173,6 +219,7 @@ class Engine:
         self._clean_up([row for row in rows if row.state == RunnerState.DELETING], observation)
         await self._delete_orphans(observation, rows)
         self._retire_removed_pools(rows)
+        self._check_due_pools()
         if self._upkeep is None or self._upkeep.done():
             self._upkeep = self._spawn(self._job_upkeep())
         for name in self.config.pools:
@@ -219,7 +266,7 @@ class Engine:
             if verdict is None:
                 return row
             server = observation.server_for(row.id)
-            fields: dict[str, object] = {"server_id": server.id} if server and row.server_id is None else {}
+            fields: dict[str, Any] = {"server_id": server.id} if server and row.server_id is None else {}
             if verdict.target in (RunnerState.IDLE, RunnerState.BUSY) and row.registered_at is None:
                 fields["registered_at"] = utcnow()
                 RUNNER_BOOT_SECONDS.labels(row.pool).observe((utcnow() - row.created_at).total_seconds())
@@ -229,8 +276,13 @@ class Engine:
             row = moved
         return row
 
-    def _move(self, row: Runner, target: RunnerState, reason: str, **fields: object) -> Runner | None:
-        """Apply one transition; None if someone else moved the runner first (their move stands)."""
+    def _move(
+        self, row: Runner, target: RunnerState, reason: str, *, took_job: int | None = None, **fields: object
+    ) -> Runner | None:
+        """Apply one transition; None if someone else moved the runner first (their move stands).
+
+        `took_job` names the job a runner turned busy with, when a webhook said so.
+        """
         if target is RunnerState.FAILED:
             fields.setdefault("failure_reason", reason)
         try:
@@ -240,6 +292,9 @@ class Engine:
             return None
         if target is RunnerState.FAILED:
             CREATE_FAILURES.labels(row.pool, reason.split(":", 1)[0][:60]).inc()
+        took_a_job = target is RunnerState.BUSY or (target is RunnerState.FINISHED and row.state == RunnerState.IDLE)
+        if took_a_job and row.job_id is not None and took_job != row.job_id:
+            self.store.runner_diverted(row.job_id)
         RUNNER_TRANSITIONS.labels(row.pool, target.value).inc()
         logger.info(
             "runner %s (pool %s): %s -> %s: %s",
@@ -283,7 +338,7 @@ class Engine:
         registration = observation.registration_for(row.scope, row.name)
         unknown = row.scope not in observation.registrations
         registration_id = registration.id if registration else (row.github_runner_id if unknown else None)
-        if registration_id is not None and not self.github_backoff.waiting:
+        if registration_id is not None:
             await self._github_delete(row, registration_id)
 
     async def _github_delete(self, row: Runner, registration_id: int) -> bool:
@@ -340,9 +395,9 @@ class Engine:
             return
         state = RunnerState(row.state)
         if status is JobState.IN_PROGRESS and state in (RunnerState.BOOTING, RunnerState.IDLE):
-            self._move(row, RunnerState.BUSY, f"took job {job_id} (webhook)")
+            self._move(row, RunnerState.BUSY, f"took job {job_id} (webhook)", took_job=job_id)
         elif status is JobState.COMPLETED and state in (RunnerState.BOOTING, RunnerState.IDLE, RunnerState.BUSY):
-            self._move(row, RunnerState.FINISHED, f"job {job_id} completed (webhook)")
+            self._move(row, RunnerState.FINISHED, f"job {job_id} completed (webhook)", took_job=job_id)
             self.wake()
 
     def request_scale(self, pool_name: str) -> None:
@@ -361,23 +416,47 @@ class Engine:
             self.scale(pool_name)
 
     def demand(self, pool_name: str) -> list[QueuedJob]:
-        """Queued jobs that count as demand: fresh ones, and old ones GitHub recently confirmed as queued.
+        """Queued jobs that count as demand: fresh ones, and old ones GitHub recently confirmed as queued."""
+        return self.judge_demand(pool_name).wanted
+
+    def judge_demand(self, pool_name: str) -> Demand:
+        """Which queued jobs get runners now, and which are held back for a while.
 
         An old job nobody has confirmed waits for the next full pass to ask GitHub, so a cancelled or
         already-taken job does not get a runner. A job whose own runner has just turned busy is not demand
         either: that runner most likely took it, and the `in_progress` webhook saying so is on its way
         (without this, the race between a pass and that webhook started a second runner for the job).
+        A job whose runners went to other jobs `max_runners_per_job` times is held: each further runner is
+        a likely duplicate (the job's own runner may be the one about to free up), so it gets another only
+        once GitHub confirms it still queued after a backoff that doubles with every further diversion.
         """
         now = utcnow()
-        fresh_after = confirmed_after = now - timedelta(seconds=self.config.stale_job_check)
+        stale = timedelta(seconds=self.config.stale_job_check)
+        fresh_after = confirmed_after = now - stale
         busy_since = now - BUSY_COVERS_JOB
         taken = self.store.jobs_of_runners(pool_name, [RunnerState.BUSY], changed_since=busy_since)
-        return [
-            job
-            for job in self.store.demand(pool_name, max_runners_per_job=self.config.max_runners_per_job)
-            if job.id not in taken
-            and (job.received_at >= fresh_after or (job.checked_at is not None and job.checked_at >= confirmed_after))
-        ]
+        bound = self.config.max_runners_per_job
+        demand = Demand()
+        for job in self.store.demand(pool_name):
+            if job.id in taken:
+                continue
+            confirmed = job.checked_at is not None and job.checked_at >= confirmed_after
+            if job.received_at < fresh_after and not confirmed:
+                continue
+            if job.runners_diverted >= bound:
+                hold = min(stale * 2 ** (job.runners_diverted - bound), MAX_DIVERTED_HOLD)
+                due = (job.diverted_at or now) + hold
+                if job.checked_at is None or job.checked_at < due:
+                    demand.held.append(job)
+                    continue
+            demand.wanted.append(job)
+        if demand.held:
+            self.log_once.warning(
+                f"held:{pool_name}",
+                f"pool {pool_name}: {len(demand.held)} queued job(s) held back: their runners went to other jobs "
+                f"{bound} times (max_runners_per_job); each gets another once GitHub confirms it still queued",
+            )
+        return demand
 
     def pool_counts(
         self, pool_name: str, demand: list[QueuedJob] | None = None, states: Counter[RunnerState] | None = None
@@ -395,16 +474,20 @@ class Engine:
         """The pool's ready condition: the worst of its parts, with the reason."""
         if pool_name in self.drained:
             return False, "drained by an operator"
-        problems = self.pool_problems.get(pool_name)
-        if problems is None:
+        check = self.checks.get(pool_name)
+        if check is None or check.problems is None:
+            if check is not None and check.error is not None:
+                wait = max(check.due - self.clock(), 0.0)
+                return False, f"cannot check the pool against the cloud (retrying in {wait:.0f}s): {check.error}"
             return False, "not checked against the cloud yet"
-        if problems:
-            return False, "; ".join(problems)
+        if check.problems:
+            return False, "; ".join(check.problems)
         backoff = self.backoffs.get(pool_name)
         if backoff is not None and backoff.waiting:
             return False, f"creation paused for {backoff.remaining_s:.0f}s after failures"
-        if self.github_backoff.waiting:
-            return False, f"GitHub calls paused for {self.github_backoff.remaining_s:.0f}s (rate limited)"
+        paused_s = self.github.paused_for(self.config.pools[pool_name].scope)
+        if paused_s > 0:
+            return False, f"GitHub calls paused for {paused_s:.0f}s (rate limited; resuming at the reset)"
         return True, None
 
     def set_drained(self, pool_name: str, drained: bool) -> None:
@@ -604,8 +687,6 @@ class Engine:
 
     def _github_failed(self, exc: GitHubError, what: str) -> None:
         GITHUB_ERRORS.labels(type(exc).__name__).inc()
-        if isinstance(exc, GitHubRateLimited):
-            self.github_backoff.failed(at_least_s=exc.retry_after)
         self.log_once.warning(f"github:{what.split(' ', 1)[0]}", f"GitHub: {what} failed: {exc}")
 
     def _publish(self, rows: list[Runner]) -> None:

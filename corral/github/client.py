@@ -31,6 +31,7 @@ from githubkit_schemas.latest.models import (
 )
 
 from corral.config import GitHubConfig, ScopeConfig
+from corral.github.ratelimit import RateGate
 from corral.metrics import GITHUB_CALL_SECONDS, GITHUB_CALLS, GITHUB_RATE_LIMIT_REMAINING
 
 T = TypeVar("T")
@@ -102,6 +103,7 @@ class JobStatus:
     status: str
     conclusion: str | None
     runner_name: str | None
+    completed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ class GitHubClient:
         self._common = common
         self._per_owner: dict[str, GitHub[Any]] = {}
         self._group_ids: dict[tuple[str, str], int] = {}
+        self.rate_gate = RateGate()
 
     async def aclose(self) -> None:
         await self._transport.close_for_real()
@@ -204,24 +207,45 @@ class GitHubClient:
                 raise GitHubError(f"the GitHub App is not installed on {owner!r}; install it there")
             page += 1
 
+    def paused_for(self, scope: ScopeConfig) -> float:
+        """Seconds until calls for `scope` may be made again (0: now), without calling GitHub."""
+        credential = f"installation:{scope.owner.lower()}" if self._config.uses_app else "token"
+        return self.rate_gate.wait_s(credential)
+
+    def _credential(self, client: GitHub[Any]) -> str:
+        """Whose rate-limit budget a client draws on: the token or App itself, or one installation."""
+        if client is self._root:
+            return "app" if self._config.uses_app else "token"
+        owner = next((owner for owner, known in self._per_owner.items() if known is client), "?")
+        return f"installation:{owner}"
+
     async def _call(self, client: GitHub[Any], method: str, path: str, **kwargs: Any) -> Any:
-        """One request with metrics (by endpoint and status, with duration) and errors made ours."""
+        """One request with metrics (by endpoint and status, with duration) and errors made ours.
+
+        A credential at its rate limit is not used again before the reset: the call fails at once.
+        """
         endpoint = endpoint_label(method, path)
+        credential = self._credential(client)
+        paused_s = self.rate_gate.wait_s(credential)
+        if paused_s > 0:
+            GITHUB_CALLS.labels(endpoint, "paused").inc()
+            raise GitHubRateLimited(f"{method} {path}: rate limited; paused for {paused_s:.0f}s more", paused_s)
         started = time.perf_counter()
         status = "error"
         try:
             response = await client.arequest(method, path, **kwargs)
             status = str(response.status_code)
-            _record_rate_limit(response.headers)
+            self._saw_headers(credential, response.headers)
             return response
         except RateLimitExceeded as exc:
             status = str(exc.response.status_code)
-            _record_rate_limit(exc.response.headers)
+            self._saw_headers(credential, exc.response.headers)
             retry_after = exc.retry_after.total_seconds() if isinstance(exc.retry_after, timedelta) else 60.0
-            raise GitHubRateLimited(f"{method} {path}: rate limited", retry_after) from None
+            self.rate_gate.close_for(credential, retry_after)
+            raise GitHubRateLimited(f"{method} {path}: rate limited for {retry_after:.0f}s", retry_after) from None
         except RequestFailed as exc:
             status = str(exc.response.status_code)
-            _record_rate_limit(exc.response.headers)
+            self._saw_headers(credential, exc.response.headers)
             code = exc.response.status_code
             if code == 401 and client is not self._root:
                 self._forget_installation(client)
@@ -231,6 +255,10 @@ class GitHubClient:
         finally:
             GITHUB_CALLS.labels(endpoint, status).inc()
             GITHUB_CALL_SECONDS.labels(endpoint).observe(time.perf_counter() - started)
+
+    def _saw_headers(self, credential: str, headers: httpx.Headers) -> None:
+        _record_rate_limit(headers)
+        self.rate_gate.observe(credential, headers)
 
     # -- runners ----------------------------------------------------------------------------------
 
@@ -317,7 +345,13 @@ class GitHubClient:
         client = await self._client_for(scope)
         response = await self._call(client, "GET", f"/repos/{repository}/actions/jobs/{job_id}", response_model=Job)
         job = response.parsed_data
-        return JobStatus(id=job.id, status=job.status, conclusion=job.conclusion, runner_name=job.runner_name)
+        return JobStatus(
+            id=job.id,
+            status=job.status,
+            conclusion=job.conclusion,
+            runner_name=job.runner_name,
+            completed_at=job.completed_at,
+        )
 
     async def queued_jobs(
         self, scope: ScopeConfig, repository: str, *, created_before: datetime, concurrency: int = 8

@@ -78,7 +78,10 @@ class Job(Base):
     """A workflow job as corral knows it from webhooks and polling."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status_pool", "status", "pool"),)
+    __table_args__ = (
+        Index("ix_jobs_status_pool", "status", "pool"),
+        Index("ix_jobs_status_checked", "status", "checked_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     repository: Mapped[str] = mapped_column(String(256))
@@ -95,7 +98,12 @@ class Job(Base):
     received_at: Mapped[datetime]
     """When corral first heard of the job (webhook or poll)."""
     runners_started: Mapped[int] = mapped_column(Integer, default=0)
-    """Runners created on this job's behalf; bounded so a broken image cannot create runners forever."""
+    """Runners created on this job's behalf (for the record; failed creates included)."""
+    runners_diverted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Runners started for this job that came online and took another job; `max_runners_per_job` bounds
+    how many more it gets at once (each is a possible duplicate), after which it waits with backoff."""
+    diverted_at: Mapped[datetime | None]
+    """When the last of those runners took another job."""
     checked_at: Mapped[datetime | None]
     """When GitHub was last asked whether this job is still queued."""
 

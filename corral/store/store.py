@@ -35,6 +35,8 @@ class QueuedJob:
     id: int
     received_at: datetime
     checked_at: datetime | None
+    runners_diverted: int
+    diverted_at: datetime | None
 
 
 class StaleRunner(Exception):
@@ -230,19 +232,28 @@ class Store:
         with self.session() as session:
             return list(session.scalars(query))
 
-    def demand(self, pool: str, *, max_runners_per_job: int) -> list[QueuedJob]:
-        """Queued jobs of a pool that may still be given a runner, oldest first.
+    def demand(self, pool: str) -> list[QueuedJob]:
+        """Queued jobs of a pool, oldest first, with what the engine needs to judge whether each is demand.
 
         Plain rows, not ORM objects: this runs for every webhook, and hydrating hundreds of queued jobs
         each time is what a backlog would spend its CPU on.
         """
         query = (
-            select(Job.id, Job.received_at, Job.checked_at)
-            .where(Job.status == JobState.QUEUED.value, Job.pool == pool, Job.runners_started < max_runners_per_job)
+            select(Job.id, Job.received_at, Job.checked_at, Job.runners_diverted, Job.diverted_at)
+            .where(Job.status == JobState.QUEUED.value, Job.pool == pool)
             .order_by(Job.queued_at, Job.id)
         )
         with self.session() as session:
             return [QueuedJob(*row) for row in session.execute(query)]
+
+    def runner_diverted(self, job_id: int) -> None:
+        """A runner started for `job_id` came online and took another job (or one we cannot name)."""
+        with self.session() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id)
+                .values(runners_diverted=Job.runners_diverted + 1, diverted_at=utcnow())
+            )
 
     def runner_states(self, pool: str) -> Counter[RunnerState]:
         """Live runners of a pool by state, counted by the database."""
@@ -290,7 +301,40 @@ class Store:
         with self.session() as session:
             return list(session.scalars(query))
 
-    def job_checked(self, job_id: int, *, status: JobState, conclusion: str | None) -> None:
+    def unfinished_jobs_without_runner(
+        self, *, started_before: datetime, checked_before: datetime, limit: int
+    ) -> list[Job]:
+        """Jobs of corral's pools still `in_progress` whose runner is no longer live, not asked recently.
+
+        Their `completed` webhook may have been lost: only GitHub can say, and until asked they would count
+        as running on the API and dashboard for ever.
+        """
+        live = [RunnerState.BOOTING.value, RunnerState.IDLE.value, RunnerState.BUSY.value]
+        running = select(Runner.id).where(Runner.name == Job.runner_name, Runner.state.in_(live)).exists()
+        query = (
+            select(Job)
+            .where(
+                Job.status == JobState.IN_PROGRESS.value,
+                Job.pool.is_not(None),
+                Job.received_at < started_before,
+                (Job.checked_at.is_(None)) | (Job.checked_at < checked_before),
+                ~running,
+            )
+            .order_by(Job.checked_at.nulls_first(), Job.received_at)
+            .limit(limit)
+        )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def job_checked(
+        self,
+        job_id: int,
+        *,
+        status: JobState,
+        conclusion: str | None,
+        runner_name: str | None = None,
+        completed_at: datetime | None = None,
+    ) -> None:
         """Record what GitHub said of a job when asked directly; it never moves backwards either."""
         with self.session() as session:
             job = session.get(Job, job_id, with_for_update=True)
@@ -300,6 +344,8 @@ class Store:
             if status.rank > JobState(job.status).rank:
                 job.status = status.value
                 job.conclusion = conclusion
+                job.runner_name = runner_name or job.runner_name
+                job.completed_at = completed_at or job.completed_at
 
     def recent_repositories(self, *, since: datetime) -> list[str]:
         query = select(Job.repository).where(Job.received_at >= since).distinct()

@@ -79,7 +79,11 @@ def _hook(world: World, state: GitHubState) -> PreHook:
                 else:
                     refuse_app(who)
                 subject = who.rate_limit_subject(state.directory.pat_owner.id, world.credentials.github_app_id)
-                budget = state.rate_limits.consume(who.rate_key, who.rate_limit, subject)
+                try:
+                    budget = state.rate_limits.consume(who.rate_key, who.rate_limit, subject)
+                except GitHubError:
+                    world.stats.incr("github_rate_limited")
+                    raise
                 faults = world.faults.world
                 if world.faults.chance(faults.secondary_rate_limit_rate):
                     world.stats.incr("github_secondary_rate_limits")
