@@ -7,16 +7,17 @@
 # live tests against it, and stops it whatever happens. Prints how long each phase took.
 # Environment:
 #   MINISTACK_HOME  where ministack's venv lives and this run's state goes (default /tmp/ministack)
-#   MINISTACK_DIR   ministack's scripts (default: ../shared/ministack next to this repository)
+#   MINISTACK_DIR   ministack's scripts (default: scripts/ministack in this repository)
 #   PORT_BASE       ministack's port base; by default the first free one of a few candidates is taken,
 #                   so a ministack someone else started is left alone
 #   LIVE_TIMEOUT_S  hard limit for the test phase (default 420); pytest is interrupted, cleans up, and
 #                   ministack is still stopped
+#   LIVE_DRY_RUN=1  only resolve and check the paths above, print them and exit: installs and starts nothing
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
 export MINISTACK_HOME="${MINISTACK_HOME:-/tmp/ministack}"
-MINISTACK_DIR="${MINISTACK_DIR:-$REPO/../shared/ministack}"
+MINISTACK_DIR="${MINISTACK_DIR:-$REPO/scripts/ministack}"
 VENV="${MINISTACK_VENV:-$MINISTACK_HOME/venv}"
 LIVE_TIMEOUT_S="${LIVE_TIMEOUT_S:-420}"
 # below the ephemeral range (32768+), so no outgoing connection can be holding one of the ports
@@ -34,11 +35,19 @@ summary() {
   echo "[live] phases: ${PHASES[*]:-none}; total $(($(date +%s) - T_START))s"
 }
 
-if [ ! -x "$MINISTACK_DIR/start.sh" ]; then
-  echo "[live] ministack not found at $MINISTACK_DIR; set MINISTACK_DIR" >&2
-  exit 2
-fi
+for script in install.sh start.sh stop.sh; do
+  if [ ! -f "$MINISTACK_DIR/$script" ]; then
+    echo "[live] ministack not found: no $script in $MINISTACK_DIR; set MINISTACK_DIR" >&2
+    exit 2
+  fi
+done
 MINISTACK_DIR="$(cd "$MINISTACK_DIR" && pwd)"
+if [ "${LIVE_DRY_RUN:-0}" = 1 ]; then
+  echo "[live] ministack scripts: $MINISTACK_DIR"
+  echo "[live] ministack venv: $VENV"
+  echo "[live] state under: $MINISTACK_HOME"
+  exit 0
+fi
 mkdir -p "$MINISTACK_HOME"
 
 # ---------------------------------------------------------------- install

@@ -15,8 +15,8 @@ import pytest
 
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
-from tests.shared_fixtures import WEBHOOK_EXAMPLES
 from tests.waiting import wait_until
+from tests.webhook_fixtures import WEBHOOK_EXAMPLES
 
 EXAMPLES = WEBHOOK_EXAMPLES
 

@@ -16,7 +16,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
 from corral.sandbox.server import Sandbox
-from tests.shared_fixtures import WEBHOOK_SCHEMAS
+from tests.webhook_fixtures import WEBHOOK_SCHEMAS
 from tests.webhook_receiver import ReceivedDelivery
 
 SCHEMAS = WEBHOOK_SCHEMAS
@@ -54,7 +54,8 @@ def jit_config(gh: GitHub[Any], org: str, name: str, labels: list[str]) -> tuple
 
 
 @cache
-def _registry() -> Registry:
+def webhook_schema_registry() -> Registry:
+    """Every vendored schema by its `$id`, so the workflow_job schemas' `common/...` references resolve offline."""
     resources = []
     for path in [*SCHEMAS.glob("common/*.json"), *SCHEMAS.glob("workflow_job/*.json")]:
         document = json.loads(path.read_text())
@@ -65,7 +66,8 @@ def _registry() -> Registry:
 def validate_workflow_job(payload: dict[str, Any]) -> None:
     """Validate against GitHub's published schema for the payload's action (raises if invalid)."""
     schema = json.loads((SCHEMAS / "workflow_job" / f"{payload['action']}.schema.json").read_text())
-    Draft7Validator(schema, registry=_registry(), format_checker=Draft7Validator.FORMAT_CHECKER).validate(payload)
+    registry = webhook_schema_registry()
+    Draft7Validator(schema, registry=registry, format_checker=Draft7Validator.FORMAT_CHECKER).validate(payload)
 
 
 def signature_ok(delivery: ReceivedDelivery, secret: str) -> bool:
