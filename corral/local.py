@@ -25,6 +25,7 @@ import yaml
 from corral.api.app import build_app
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudProvider
+from corral.files import write_private
 from corral.sandbox.server import SandboxInfo, bind_socket
 from corral.service import Service
 
@@ -97,7 +98,7 @@ class LocalCorral:
         self._thread = threading.Thread(target=self._run, daemon=True, name="corral-under-test")
 
     def write_config(self, document: dict[str, Any]) -> None:
-        self.config_path.write_text(yaml.safe_dump(document))
+        write_private(self.config_path, yaml.safe_dump(document))
 
     def _run(self) -> None:
         async def main() -> None:

@@ -1,27 +1,54 @@
-"""The FastAPI application: REST API under /api/v1, health, metrics (OpenAPI at /docs)."""
+"""The FastAPI application: REST API under /api/v1, health, metrics, the dashboard and the webhook.
+
+The OpenAPI description is served at `/api/v1/openapi.json` to a `read` token, and FastAPI's `/docs` and
+`/redoc` pages are off: they load Swagger UI and ReDoc from a CDN, which the dashboard's Content-Security-
+Policy exists to forbid (corral often runs where the internet is not reachable, and a page must not send
+its URL elsewhere), and they describe the API to anyone who asks. Any OpenAPI viewer can read the JSON.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral import __version__
 from corral.api.auth import requires
 from corral.api.dashboard import build_dashboard_router
+from corral.api.headers import DefaultHeaders
 from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView
 from corral.api.webhook import build_webhook_router
+from corral.config import POOL_NAME_PATTERN
 from corral.metrics import REGISTRY
 from corral.model import JobState, RunnerState
 from corral.service import Service
 
 logger = logging.getLogger("corral.api")
 
+MAX_JOBS = 1000
+"""The most jobs one request lists; enough for an operator, bounded for the database."""
+RUNNER_ID_PATTERN = r"^[0-9a-z]{1,32}$"
+"""corral's runner ids (`runners.id`, at most 32 characters); anything else cannot name a runner."""
+
+PoolFilter = Annotated[
+    str | None, Query(pattern=POOL_NAME_PATTERN.pattern, description="only this pool (a pool name from the config)")
+]
+PoolName = Annotated[str, Path(pattern=POOL_NAME_PATTERN.pattern, description="a pool name from the config")]
+RunnerId = Annotated[str, Path(pattern=RUNNER_ID_PATTERN, description="a runner id, as listed by /api/v1/runners")]
+
 
 def build_app(service: Service) -> FastAPI:
-    app = FastAPI(title="corral", version=__version__, description="Ephemeral GitHub Actions runners on OpenStack")
+    app = FastAPI(
+        title="corral",
+        version=__version__,
+        description="Ephemeral GitHub Actions runners on OpenStack",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.add_middleware(DefaultHeaders)
     secret = service.config.github.webhook_secret
     if secret is None:
         logger.warning("no webhook secret configured: /webhook is disabled (jobs are found by polling only)")
@@ -48,6 +75,10 @@ def build_app(service: Service) -> FastAPI:
     read = [Depends(requires(service.store, "read"))]
     admin = [Depends(requires(service.store, "admin"))]
 
+    @app.get("/api/v1/openapi.json", include_in_schema=False, dependencies=read)
+    async def openapi() -> dict[str, Any]:
+        return app.openapi()
+
     @app.get("/metrics", tags=["health"], dependencies=[Depends(requires(service.store, "metrics"))])
     async def metrics() -> Response:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
@@ -58,7 +89,7 @@ def build_app(service: Service) -> FastAPI:
 
     @app.get("/api/v1/runners", tags=["runners"], dependencies=read)
     async def runners(
-        pool: str | None = None,
+        pool: PoolFilter = None,
         state: Annotated[list[RunnerState] | None, Query()] = None,
         include_deleted: bool = False,
     ) -> list[RunnerView]:
@@ -66,14 +97,18 @@ def build_app(service: Service) -> FastAPI:
         return [RunnerView.of(row) for row in service.store.runners(pool=pool, states=states)]
 
     @app.get("/api/v1/runners/{runner_id}/events", tags=["runners"], dependencies=read)
-    async def runner_events(runner_id: str) -> list[RunnerEventView]:
+    async def runner_events(runner_id: RunnerId) -> list[RunnerEventView]:
         if service.store.runner(runner_id) is None:
             raise HTTPException(status_code=404, detail=f"no runner {runner_id}")
         return [RunnerEventView.of(event) for event in service.store.events(runner_id)]
 
     @app.get("/api/v1/jobs", tags=["jobs"], dependencies=read)
-    async def jobs(status: JobState | None = None, pool: str | None = None, limit: int = 200) -> list[JobView]:
-        return [JobView.of(job) for job in service.store.jobs(status=status, pool=pool, limit=min(limit, 1000))]
+    async def jobs(
+        status: JobState | None = None,
+        pool: PoolFilter = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_JOBS, description="the newest jobs first, at most this many")] = 200,
+    ) -> list[JobView]:
+        return [JobView.of(job) for job in service.store.jobs(status=status, pool=pool, limit=limit)]
 
     @app.post("/api/v1/reload", tags=["actions"], dependencies=admin)
     async def reload(response: Response) -> ReloadResult:
@@ -88,11 +123,11 @@ def build_app(service: Service) -> FastAPI:
         return {"requested": True}
 
     @app.post("/api/v1/pools/{name}/drain", tags=["actions"], dependencies=admin)
-    async def drain(name: str) -> PoolView:
+    async def drain(name: PoolName) -> PoolView:
         return set_drained(name, True)
 
     @app.post("/api/v1/pools/{name}/undrain", tags=["actions"], dependencies=admin)
-    async def undrain(name: str) -> PoolView:
+    async def undrain(name: PoolName) -> PoolView:
         return set_drained(name, False)
 
     def set_drained(name: str, drained: bool) -> PoolView:
@@ -102,7 +137,7 @@ def build_app(service: Service) -> FastAPI:
         return next(view for view in service.pool_views() if view.name == name)
 
     @app.delete("/api/v1/runners/{runner_id}", status_code=202, tags=["actions"], dependencies=admin)
-    async def delete_runner(runner_id: str) -> dict[str, str]:
+    async def delete_runner(runner_id: RunnerId) -> dict[str, str]:
         outcome = await service.engine.delete_runner(runner_id)
         if outcome == "missing":
             raise HTTPException(status_code=404, detail=f"no runner {runner_id}")

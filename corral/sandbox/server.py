@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import uvicorn
 import yaml
 
+from corral.files import write_private
 from corral.sandbox.cloud.app import build_openstack_app
 from corral.sandbox.control import build_control_router
 from corral.sandbox.github.app import build_github_app
@@ -113,8 +114,7 @@ class Sandbox:
     def _write_client_files(self) -> SandboxInfo:
         credentials = self.world.credentials
         key_path = self.workdir / "github-app.pem"
-        key_path.touch(mode=0o600)
-        key_path.write_bytes(credentials.private_key_pem())
+        write_private(key_path, credentials.private_key_pem())
         auth_url = f"{self.world.openstack_url}/identity"
         clouds = {
             "clouds": {
@@ -145,8 +145,7 @@ class Sandbox:
             }
         }
         clouds_path = self.workdir / "clouds.yaml"
-        clouds_path.touch(mode=0o600)
-        clouds_path.write_text(yaml.safe_dump(clouds, sort_keys=False))
+        write_private(clouds_path, yaml.safe_dump(clouds, sort_keys=False))
         return SandboxInfo(
             openstack_url=self.world.openstack_url,
             auth_url=auth_url,

@@ -18,11 +18,12 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, create_engine, event, func, make_url, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.clock import utcnow
+from corral.files import create_private
 from corral.model import JobState, RunnerState
 from corral.store.schema import ApiToken, Delivery, Job, PoolStatus, Runner, RunnerEvent
 
@@ -62,8 +63,21 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL, or None for an in-memory or `file:` URI database."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        path = sqlite_file(url)
+        if path is not None and path.parent.is_dir():
+            # Before SQLite sees it: SQLite creates a missing file with the umask's mode (often 0644),
+            # and gives the -wal and -shm files it makes later the mode of the database file.
+            create_private(path)
         engine = create_engine(url, connect_args={"check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
