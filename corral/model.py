@@ -1,12 +1,15 @@
-"""Domain types with no I/O: runner states and their legal transitions, jobs.
+"""Domain types with no I/O: runners and their state machine, jobs, why things happen.
 
-The runner state machine is the contract between the store, the engine and the API: every change of
-state goes through `RunnerState.check_transition`, so an illegal jump (say `deleted` -> `idle` after a
-late webhook) is refused in one place instead of corrupting counts everywhere.
+These are what every other module passes around: the store maps its rows to and from them, the engine
+and the API read them. They are frozen, so a runner read at the start of a pass cannot be half-updated by
+the code that acts on it; a change of state is a `Transition` the store applies (or refuses, when someone
+else moved the runner first).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -38,6 +41,9 @@ class RunnerState(StrEnum):
         if target not in _TRANSITIONS[self]:
             raise InvalidTransition(f"runner cannot go from {self.value} to {target.value}")
 
+    def can_become(self, target: RunnerState) -> bool:
+        return target in _TRANSITIONS[self]
+
     @property
     def counts_as_capacity(self) -> bool:
         """Whether a runner in this state counts against a pool's `max_runners`."""
@@ -64,6 +70,134 @@ _TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
 
 STARTING_STATES = frozenset({RunnerState.PENDING, RunnerState.CREATING, RunnerState.BOOTING})
 CAPACITY_STATES = STARTING_STATES | {RunnerState.IDLE, RunnerState.BUSY}
+LIVE_STATES = frozenset(RunnerState) - {RunnerState.DELETED}
+FREE_STATES = STARTING_STATES | {RunnerState.IDLE}
+"""Runners that can still take a queued job: those starting, and those idle."""
+
+
+class Reason(StrEnum):
+    """Why a runner moved: recorded with every transition, and the label of the metrics that count them.
+
+    A closed set, so a dashboard or an alert can group by it; the human message beside it says the rest.
+    """
+
+    # becoming a runner
+    DEMAND = "demand"
+    """Started for a queued job."""
+    WARM = "warm"
+    """Started to keep `min_idle` runners waiting."""
+    CREATE_REQUESTED = "create_requested"
+    SERVER_CREATED = "server_created"
+    SERVER_FOUND = "server_found"
+    """Its server exists though corral had not recorded it (a restart between asking and hearing back)."""
+    CAME_ONLINE = "came_online"
+    TOOK_JOB = "took_job"
+    # done with its job
+    JOB_DONE = "job_done"
+    RUNNER_EXITED = "runner_exited"
+    DEREGISTERED = "deregistered"
+    # failures
+    GITHUB_REFUSED = "github_refused"
+    """GitHub refused or failed the JIT config (permissions, runner group, 5xx)."""
+    GITHUB_RATE_LIMITED = "github_rate_limited"
+    USER_DATA_INVALID = "user_data_invalid"
+    CLOUD_QUOTA = "cloud_quota"
+    CLOUD_REJECTED = "cloud_rejected"
+    """The cloud refused the create as made (Nova's 400): retrying the same request will not help."""
+    CLOUD_UNAVAILABLE = "cloud_unavailable"
+    """A timeout, a dropped connection or a 5xx: worth retrying with backoff."""
+    SERVER_ERROR = "server_error"
+    SERVER_VANISHED = "server_vanished"
+    BOOTSTRAP_TIMEOUT = "bootstrap_timeout"
+    INTERRUPTED = "interrupted"
+    """corral stopped between writing the intent and the cloud answering, and no server was made."""
+    INTERNAL_ERROR = "internal_error"
+    """An exception corral did not expect: a bug, logged with its traceback."""
+    # going away
+    CLEANUP = "cleanup"
+    SCALE_DOWN = "scale_down"
+    POOL_REMOVED = "pool_removed"
+    POOL_DRAINED = "pool_drained"
+    OPERATOR = "operator"
+    GONE = "gone"
+    """Server and registration are both gone."""
+    UNKNOWN = "unknown"
+    """History written before corral recorded reason codes."""
+
+
+FAILURE_REASONS = frozenset(
+    {
+        Reason.GITHUB_REFUSED,
+        Reason.GITHUB_RATE_LIMITED,
+        Reason.USER_DATA_INVALID,
+        Reason.CLOUD_QUOTA,
+        Reason.CLOUD_REJECTED,
+        Reason.CLOUD_UNAVAILABLE,
+        Reason.SERVER_ERROR,
+        Reason.SERVER_VANISHED,
+        Reason.BOOTSTRAP_TIMEOUT,
+        Reason.INTERRUPTED,
+        Reason.INTERNAL_ERROR,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """One ephemeral runner as the store knows it."""
+
+    id: str
+    pool: str
+    scope: str
+    """Where it registers (`org:octo`, `repo:octo/app`, `enterprise:acme`), kept so a runner of a pool that
+    was removed from the config can still be deregistered."""
+    state: RunnerState
+    name: str
+    labels: tuple[str, ...]
+    reason: Reason
+    """Why it is in its state."""
+    message: str | None
+    """The human side of `reason` for failures: what the cloud or GitHub said."""
+    created_at: datetime
+    state_changed_at: datetime
+    server_id: str | None = None
+    github_runner_id: int | None = None
+    job_id: int | None = None
+    """The job it was started for (None for a warm runner)."""
+    registered_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One move of one runner, guarded by the state it was read in; the store applies it or refuses it.
+
+    `server_id`, `github_runner_id` and `registered_at` are set with the move when given. `diverted_job`
+    names the job the runner was started for when it took another one instead (see `Job.runners_diverted`).
+    """
+
+    runner: Runner
+    target: RunnerState
+    reason: Reason
+    message: str | None = None
+    server_id: str | None = None
+    github_runner_id: int | None = None
+    registered_at: datetime | None = None
+    diverted_job: int | None = None
+
+    def __post_init__(self) -> None:
+        self.runner.state.check_transition(self.target)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerEvent:
+    """A runner's move, as history: the runner's events are its story for an operator."""
+
+    runner_id: str
+    from_state: RunnerState | None
+    to_state: RunnerState
+    reason: Reason
+    message: str | None
+    at: datetime
 
 
 class JobState(StrEnum):
@@ -78,3 +212,82 @@ class JobState(StrEnum):
 
 
 _JOB_RANK = {JobState.QUEUED: 0, JobState.IN_PROGRESS: 1, JobState.COMPLETED: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A workflow job as corral knows it from webhooks, polling and GitHub's answers."""
+
+    id: int
+    repository: str
+    labels: tuple[str, ...]
+    status: JobState
+    pool: str | None
+    """The pool that fits it, or None when none does (unmatched)."""
+    received_at: datetime
+    """When corral first heard of it."""
+    conclusion: str | None = None
+    run_id: int | None = None
+    runner_name: str | None = None
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    runners_started: int = 0
+    runners_diverted: int = 0
+    """Runners started for it that came online and took another job instead."""
+    diverted_at: datetime | None = None
+    checked_at: datetime | None = None
+    """When GitHub was last asked about it directly."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobUpdate:
+    """What one webhook delivery or poll says about a job."""
+
+    id: int
+    repository: str
+    labels: tuple[str, ...]
+    status: JobState
+    pool: str | None
+    conclusion: str | None = None
+    run_id: int | None = None
+    runner_name: str | None = None
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A webhook delivery to record once (`id` is GitHub's delivery GUID; None for a poll's finding)."""
+
+    id: str | None
+    event: str
+    action: str | None
+    job: JobUpdate | None = None
+
+
+class DeliveryOutcome(StrEnum):
+    RECORDED = "recorded"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeResult:
+    """What recording a group of deliveries did: each one's outcome, and the pools to wake."""
+
+    outcomes: tuple[DeliveryOutcome, ...]
+    pools: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatus:
+    """What the engine last published about a pool, and whether an operator drained it."""
+
+    name: str
+    applied_generation: int
+    ready: bool
+    reason: str | None
+    removed: bool
+    drained: bool
+    updated_at: datetime

@@ -1,4 +1,8 @@
-"""Tables, as SQLAlchemy declarative models. Changing one means adding an Alembic migration."""
+"""Tables, as SQLAlchemy declarative models. Changing one means adding an Alembic migration.
+
+These classes describe the tables (for Alembic and for queries); the rest of corral never sees them. The
+store reads and writes them with SQLAlchemy Core and hands out the frozen types of `corral.model`.
+"""
 
 from __future__ import annotations
 
@@ -49,15 +53,18 @@ class Runner(Base):
     """Where it registers (`org:octo`, `repo:octo/app`, `enterprise:acme`): kept so a runner of a pool that
     was removed from the config can still be deregistered."""
     state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(String(32), server_default="unknown")
+    """Why it is in its state: a `corral.model.Reason`."""
     name: Mapped[str] = mapped_column(String(128), unique=True)
     server_id: Mapped[str | None] = mapped_column(String(64), index=True)
     github_runner_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     job_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     """The job this runner was started for, if any (demand-driven rather than warm)."""
     labels: Mapped[list[str]] = mapped_column(default=list)
-    failure_reason: Mapped[str | None] = mapped_column(Text)
+    message: Mapped[str | None] = mapped_column(Text)
+    """What the cloud or GitHub said when it failed."""
     created_at: Mapped[datetime]
-    state_changed_at: Mapped[datetime]
+    state_changed_at: Mapped[datetime] = mapped_column(index=True)
     registered_at: Mapped[datetime | None]
 
 
@@ -70,8 +77,10 @@ class RunnerEvent(Base):
     runner_id: Mapped[str] = mapped_column(ForeignKey("runners.id", ondelete="CASCADE"), index=True)
     from_state: Mapped[str | None] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))
-    reason: Mapped[str] = mapped_column(Text)
-    at: Mapped[datetime]
+    code: Mapped[str] = mapped_column(String(32), server_default="unknown")
+    """A `corral.model.Reason`."""
+    message: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(index=True)
 
 
 class Job(Base):
@@ -81,6 +90,8 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_status_pool", "status", "pool"),
         Index("ix_jobs_status_checked", "status", "checked_at"),
+        Index("ix_jobs_runner_name", "runner_name"),
+        Index("ix_jobs_received_at", "received_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
@@ -116,7 +127,7 @@ class Delivery(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     event: Mapped[str] = mapped_column(String(64))
     action: Mapped[str | None] = mapped_column(String(32))
-    received_at: Mapped[datetime]
+    received_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class PoolStatus(Base):
