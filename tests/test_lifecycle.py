@@ -207,7 +207,7 @@ def test_max_runners_caps_a_burst(
 def test_a_job_cancelled_while_waiting_gets_no_runner(
     sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
 ) -> None:
-    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])}, stale_job_check="1ms")
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])}, stale_job_check="1s")
     corral = start_corral(document)
     with corral.api() as api:
         api.post("/api/v1/pools/small/drain").raise_for_status()
