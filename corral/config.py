@@ -59,8 +59,9 @@ class ConfigError(Exception):
     """The configuration cannot be used; `problems` lists every reason, each naming its key and the fix."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        # A token pasted where a key belongs would otherwise come back as "<token>: unknown key".
+        self.problems = [secrets.redact(problem) for problem in problems]
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
 def parse_duration(value: object) -> float:

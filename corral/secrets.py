@@ -20,8 +20,10 @@ REDACTED = "***"
 MIN_SECRET_LENGTH = 8
 """Shorter values are not registered: blanking every `admin` or `1234` would garble the log, and the
 configuration refuses credentials this short anyway."""
-MAX_JIT_CONFIGS = 4_096
-"""JIT configs are single use; the most recent few thousand cover every runner still booting."""
+MAX_JIT_CONFIGS = 512
+"""JIT configs are single use and a runner boots within minutes, so the last few hundred cover every one
+still booting; each costs ~20 KB with its base64 forms. An older one is still caught, whole, by the
+long-base64 rule below."""
 TOKEN_SHAPES = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"  # GitHub tokens
     r"|(?<=\bcorral_[0-9a-f]{8}_)[A-Za-z0-9_-]{20,}"  # corral API tokens: the id before it stays readable

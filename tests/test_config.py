@@ -312,6 +312,11 @@ def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+def test_a_token_pasted_where_a_key_belongs_is_not_repeated() -> None:
+    (problem,) = problems_of(document(github={"token": "ghp_x", PAT: "oops"}))
+    assert problem == "github.***: unknown key; remove it or check its spelling"
+
+
 def test_bad_yaml_and_non_mapping_files_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "corral.yaml"
     path.write_text("pools: [unclosed\n")

@@ -205,6 +205,30 @@ def test_the_redaction_filter_blanks_registered_secrets_and_their_base64_forms(
     assert re.search(r"RuntimeError: failed with \*\*\*", err)
 
 
+@pytest.mark.parametrize("prefix", ["", "a", "ab"])
+def test_a_registered_jit_config_is_blanked_inside_base64_at_any_alignment(prefix: str) -> None:
+    """Short enough that only the registry, not the long-base64 rule, can catch it."""
+    registry = secrets.SecretRegistry()
+    registry.register_encoded("jit-Zm9vYmFyYmF6")
+    encoded = base64.b64encode(f"{prefix}JIT=jit-Zm9vYmFyYmF6;".encode()).decode()
+    assert len(encoded) < 100
+    redacted = registry.redact(f"user_data: {encoded}")
+    assert "***" in redacted
+    for stretch in base64_stretches("jit-Zm9vYmFyYmF6"):
+        assert stretch not in redacted
+
+
+def test_the_oldest_jit_configs_are_forgotten_but_still_blanked_whole() -> None:
+    """The registry keeps only the most recent JIT configs (memory stays bounded); an older one is still
+    blanked by the long-base64 rule."""
+    registry = secrets.SecretRegistry()
+    configs = [base64.b64encode(f"config {n} ".encode() * 40).decode() for n in range(secrets.MAX_JIT_CONFIGS + 1)]
+    for config in configs:
+        registry.register_encoded(config)
+    assert registry.redact(f"[{configs[0]}]") == "[***]"
+    assert registry.redact(f"[{configs[-1]}]") == "[***]"
+
+
 def test_uvicorn_lines_are_json_in_json_mode(capsys: pytest.CaptureFixture[str], root_logging: None) -> None:
     """A request handler that raises: uvicorn logs the traceback; in JSON mode it is one JSON line."""
 
