@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from corral.local import corral_config, pool_spec
 from corral.model import RunnerState
 from corral.store import Store
-from corral.store.schema import Job, Runner, RunnerEvent
+from corral.store.schema import JOBS, RUNNER_EVENTS, RUNNERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.support import start_corral, start_sandbox, stop
@@ -45,21 +45,25 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)] if ordered else float("nan")
 
 
+def _creating_times(connection: Connection) -> tuple[dict[int, Any], list[tuple[int | None, Any]]]:
+    received = {job_id: at for job_id, at in connection.execute(select(JOBS.c.id, JOBS.c.received_at))}
+    creating = connection.execute(
+        select(RUNNERS.c.job_id, RUNNER_EVENTS.c.at)
+        .join(RUNNER_EVENTS, RUNNER_EVENTS.c.runner_id == RUNNERS.c.id)
+        .where(RUNNER_EVENTS.c.to_state == RunnerState.CREATING.value, RUNNERS.c.job_id.is_not(None))
+    )
+    return received, [(job_id, at) for job_id, at in creating]
+
+
 def latencies_ms(store: Store) -> list[float]:
     """Per job: webhook arrival -> first create request of a runner started on its behalf."""
-    with store.session() as session:
-        received = {job_id: at for job_id, at in session.execute(select(Job.id, Job.received_at))}
-        creating = session.execute(
-            select(Runner.job_id, RunnerEvent.at)
-            .join(RunnerEvent, RunnerEvent.runner_id == Runner.id)
-            .where(RunnerEvent.to_state == RunnerState.CREATING.value, Runner.job_id.is_not(None))
-        )
-        first: dict[int, Any] = {}
-        for job_id, at in creating:
-            if job_id is None:
-                continue
-            if job_id not in first or at < first[job_id]:
-                first[job_id] = at
+    received, creating = store.run_blocking(_creating_times)
+    first: dict[int, Any] = {}
+    for job_id, at in creating:
+        if job_id is None:
+            continue
+        if job_id not in first or at < first[job_id]:
+            first[job_id] = at
     return [(first[job_id] - received[job_id]).total_seconds() * 1000 for job_id in first if job_id in received]
 
 

@@ -45,14 +45,14 @@ def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int) -> dict[
     corral = LocalCorral(info, folder / f"corral-{pools}x{runners}.yaml", document).start()
     try:
         deadline = time.monotonic() + 900
-        while len(corral.service.store.runners(states=[RunnerState.IDLE])) < pools * per_pool:
+        while len(corral.runners(states=[RunnerState.IDLE])) < pools * per_pool:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{pools}x{runners}: runners did not all come up")
-            corral.reconcile(timeout=600)
+            corral.settle(timeout=600)
         before = calls(control)
         cpu = time.process_time()
         wall = time.perf_counter()
-        corral.reconcile()
+        corral.settle()
         cpu = time.process_time() - cpu
         wall = time.perf_counter() - wall
         after = calls(control)

@@ -35,14 +35,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from corral import secrets
-from corral.cloud.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
+from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
 POOL_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 """Pool names become part of server names (`<prefix>-<pool>-<id>`) and hostnames: DNS-label safe, short."""
 VOLUME_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
-DURATION_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+DURATION_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+RUNNER_VERSION_PATTERN = r"^\d+\.\d+\.\d+$"
+DEFAULT_RUNNER_VERSION = "2.329.0"
+"""The GitHub Actions runner the default template downloads when the image has none (images should)."""
 WEBHOOK_SECRET_MIN_LENGTH = 16
 """The webhook secret is the only thing standing between the internet and corral starting VMs: a short one
 can be guessed from one captured delivery, offline, and an empty one lets anyone sign a fake job."""
@@ -306,6 +309,30 @@ class CloudConfig(StrictModel):
     max_concurrent_creates: int = Field(default=8, ge=1, le=256)
     quota_retry: Interval = 30.0
     """How long a pool waits after the cloud said its quota is exhausted before asking again."""
+    timeout: Wait = 60.0
+    """How long one cloud API call may take before it counts as failed (keystoneauth waits for ever otherwise)."""
+    threads: int = Field(default=8, ge=1, le=64)
+    """Worker threads for cloud calls other than creates (listings, deletes, pool checks)."""
+
+
+class TuningConfig(StrictModel):
+    """The engine's dials. The defaults suit thousands of jobs a day; change them when a measurement says so."""
+
+    jit_concurrency: int = Field(default=16, ge=1, le=256)
+    """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
+    busy_covers_job: Wait = 30.0
+    """How long a runner that turned busy is taken to run the job it was started for, unless GitHub says
+    otherwise first; after that a job still queued may get another runner."""
+    max_hold: Wait = 600.0
+    """The longest a job whose runners keep going to other jobs waits before it may get another."""
+    pool_recheck: Interval = 300.0
+    """How often a pool the cloud cannot serve (no such image, a refused create) is looked at again."""
+    stale_checks_per_pass: int = Field(default=50, ge=1, le=1000)
+    """Jobs GitHub is asked about per upkeep round (stale queued ones, and running ones whose runner is gone)."""
+    intake_group: int = Field(default=500, ge=1, le=10_000)
+    """Webhook deliveries recorded in one transaction at most."""
+    prune_batch: int = Field(default=500, ge=10, le=100_000)
+    """Rows of history deleted per transaction when pruning."""
 
 
 class CorralConfig(StrictModel):
@@ -326,15 +353,24 @@ class CorralConfig(StrictModel):
     stale_job_check: Wait = 60.0
     """A job queued longer than this is confirmed with GitHub (one GET) before it gets a runner."""
     max_runners_per_job: int = Field(default=3, ge=1, le=20)
-<<<<<<< HEAD
     """Runners started for one job that may go to other jobs before the job is held back: after that it gets
     another runner only once GitHub confirms it still queued, after a backoff that doubles each time."""
-    missed_job_scan: Duration = 60.0
-=======
-    """Runners started on one job's behalf before corral gives up on it (a broken image, a lost job)."""
     missed_job_scan: Interval = 60.0
->>>>>>> config
     """How often to look for jobs whose webhook was lost: failed App deliveries, or queued runs."""
+    retention: Annotated[Duration, at_least(3600.0, "jobs and runners younger than that are still being worked on")] = (
+        14 * 86400.0
+    )
+    """How long history (deleted runners and their events, jobs, webhook deliveries) is kept."""
+    runner_version: str = Field(default=DEFAULT_RUNNER_VERSION, pattern=RUNNER_VERSION_PATTERN)
+    """The runner release `${runner_download_url}` points at (for images that do not carry the runner)."""
+    tuning: TuningConfig = Field(default_factory=TuningConfig)
+
+    @property
+    def runner_download_url(self) -> str:
+        version = self.runner_version
+        return (
+            f"https://github.com/actions/runner/releases/download/v{version}/actions-runner-linux-x64-{version}.tar.gz"
+        )
 
     @field_validator("pools")
     @classmethod
@@ -409,6 +445,7 @@ class CorralConfig(StrictModel):
                     runner_name=f"{self.name_prefix}-{name}-0123456789",
                     pool=name,
                     labels=list(pool.labels),
+                    runner_download_url=self.runner_download_url,
                 )
             except UserDataError as exc:
                 sample = f"{SAMPLE_JIT_CONFIG_LENGTH:,}-character JIT config"

@@ -32,6 +32,7 @@ import httpx
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
 from corral.sandbox.world import Timings
+from corral.store import tokens
 
 ORG = "octo-org"
 REPOS = [f"{ORG}/app", f"{ORG}/api", f"{ORG}/web", f"{ORG}/docs"]
@@ -230,7 +231,7 @@ class Demo:
                 return 2
             corral.start()
             stack.callback(corral.stop)
-            _, read_token = corral.service.store.create_token("demo-dashboard", "read")
+            _, read_token = corral.service.store.run_blocking(tokens.create, "demo-dashboard", "read")
             self.dashboard_url = f"{corral.url}/?token={read_token}"
             with httpx.Client(base_url=sandbox.info.control_url, timeout=10) as control, corral.api() as api:
                 return self._drive(control, api)

@@ -12,7 +12,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,9 +26,12 @@ from corral.api.app import build_app
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudProvider
 from corral.files import write_private
+from corral.model import Job, Runner, RunnerState
 from corral.sandbox.server import SandboxInfo, bind_socket
 from corral.serve import server_config
 from corral.service import Service
+from corral.store import jobs, runners, tokens
+from corral.store.tokens import ApiToken
 
 T = TypeVar("T")
 
@@ -94,7 +97,7 @@ class LocalCorral:
         self._server = uvicorn.Server(
             server_config(build_app(self.service), "127.0.0.1", self._socket.getsockname()[1])
         )
-        _, self.token = self.service.store.create_token("local", "admin")
+        _, self.token = self.service.store.run_blocking(tokens.create, "local", "admin")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="corral-under-test")
 
@@ -127,18 +130,30 @@ class LocalCorral:
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(make(), self._loop)  # type: ignore[arg-type]
         return future.result(timeout)
 
-    def reconcile(self, timeout: float = 30.0) -> None:
-        """One full pass now, then wait for the creations and deletions it started."""
+    def settle(self, timeout: float = 30.0) -> None:
+        """Have the engine look at both far ends now, let every pool's worker act on what it saw, and wait
+        for the creates and deletes that started. Nothing runs beside the engine's own loop and workers."""
 
         async def run() -> None:
-            await self.service.engine.reconcile()
-            await self.service.engine.drain()
+            async with asyncio.timeout(timeout):
+                await self.service.engine.settle()
+                await self.service.engine.drain()
 
-        self.call(run, timeout=timeout)
+        self.call(run, timeout=timeout + 5)
 
     def reload(self, document: dict[str, Any]) -> list[str]:
         self.write_config(document)
         return self.call(self.service.reload)
+
+    def job(self, job_id: int) -> Job | None:
+        """A job as corral's store has it (read from this thread, not corral's loop)."""
+        return self.service.store.run_blocking(jobs.get, job_id)
+
+    def runners(self, *, pool: str | None = None, states: Iterable[RunnerState] | None = None) -> list[Runner]:
+        return self.service.store.run_blocking(runners.listing, pool=pool, states=states)
+
+    def create_token(self, name: str, scope: str) -> tuple[ApiToken, str]:
+        return self.service.store.run_blocking(tokens.create, name, scope)
 
     def api(self) -> httpx.Client:
         """An HTTP client for corral's API, authenticated with an admin token made for this run."""

@@ -8,19 +8,44 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 RUNNERS = Gauge("corral_runners", "Runners by pool and state", ["pool", "state"], registry=REGISTRY)
 RUNNER_TRANSITIONS = Counter(
-    "corral_runner_transitions_total", "Runner state transitions", ["pool", "state"], registry=REGISTRY
+    "corral_runner_transitions_total",
+    "Runner state transitions, by pool, the state entered and why (a corral.model.Reason)",
+    ["pool", "state", "reason"],
+    registry=REGISTRY,
 )
 CLOUD_CALLS = Counter(
     "corral_cloud_calls_total", "Cloud calls by operation and outcome", ["operation", "outcome"], registry=REGISTRY
 )
 CLOUD_CALL_SECONDS = Histogram("corral_cloud_call_seconds", "Cloud call duration", ["operation"], registry=REGISTRY)
 GITHUB_ERRORS = Counter("corral_github_errors_total", "GitHub call failures by kind", ["kind"], registry=REGISTRY)
-RECONCILE_SECONDS = Histogram("corral_reconcile_pass_seconds", "Duration of a full reconcile pass", registry=REGISTRY)
-CREATE_FAILURES = Counter(
-    "corral_runner_create_failures_total",
-    "Runner creations that failed, by pool and reason",
+RECONCILE_SECONDS = Histogram(
+    "corral_reconcile_pass_seconds", "Duration of one pool's reconcile pass", ["pool"], registry=REGISTRY
+)
+OBSERVE_SECONDS = Histogram(
+    "corral_observe_seconds",
+    "Duration of one look at both far ends (every pool's servers and runners)",
+    registry=REGISTRY,
+)
+RUNNER_FAILURES = Counter(
+    "corral_runner_failures_total",
+    "Runners that failed (creation refused, server in ERROR, bootstrap timeout...), by pool and reason",
     ["pool", "reason"],
     registry=REGISTRY,
+)
+ACTION_ERRORS = Counter(
+    "corral_action_errors_total",
+    "Exceptions corral did not expect in an action beside the passes (a bug: see the log), by kind",
+    ["kind"],
+    registry=REGISTRY,
+)
+WORKER_ERRORS = Counter(
+    "corral_reconcile_errors_total",
+    "Exceptions corral did not expect in a pool's reconcile pass (a bug: see the log), by pool",
+    ["pool"],
+    registry=REGISTRY,
+)
+DATABASE_ERRORS = Counter(
+    "corral_database_errors_total", "Database calls that failed, by kind", ["kind"], registry=REGISTRY
 )
 WEBHOOKS = Counter("corral_webhooks_total", "Webhook deliveries by outcome", ["outcome"], registry=REGISTRY)
 JOBS_RECOVERED = Counter(

@@ -172,7 +172,9 @@ class Transition:
     """One move of one runner, guarded by the state it was read in; the store applies it or refuses it.
 
     `server_id`, `github_runner_id` and `registered_at` are set with the move when given. `diverted_job`
-    names the job the runner was started for when it took another one instead (see `Job.runners_diverted`).
+    names the job the runner was started for when it took another one instead (see `Job.runners_diverted`);
+    `presumed_taken` says the job it was started for has probably gone to another runner meanwhile: corral
+    cannot tell which job it took, or the job it took had a runner of its own, which takes the next one.
     """
 
     runner: Runner
@@ -183,6 +185,7 @@ class Transition:
     github_runner_id: int | None = None
     registered_at: datetime | None = None
     diverted_job: int | None = None
+    presumed_taken: bool = False
 
     def __post_init__(self) -> None:
         self.runner.state.check_transition(self.target)
@@ -238,6 +241,18 @@ class Job:
     diverted_at: datetime | None = None
     checked_at: datetime | None = None
     """When GitHub was last asked about it directly."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A queued job with what decides whether it gets a runner now (see `policy.judge_demand`)."""
+
+    id: int
+    received_at: datetime
+    checked_at: datetime | None
+    runners_diverted: int = 0
+    diverted_at: datetime | None = None
+    maybe_taken_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

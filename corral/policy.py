@@ -5,11 +5,12 @@ Nothing here performs I/O or reads a clock; the engine gathers the facts, asks, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from corral.config import PoolConfig, ScopeConfig
-from corral.model import RunnerState
+from corral.model import JobState, QueuedJob, Reason, RunnerState
 
 IMPLICIT_LABELS = frozenset({"self-hosted", "linux", "x64"})
 """Labels every corral runner has without a pool declaring them (GitHub adds them as read-only labels)."""
@@ -86,17 +87,65 @@ def plan_scale(counts: PoolCounts, *, min_idle: int, max_runners: int) -> ScaleP
     return ScalePlan(desired=desired, create=create, surplus_idle=surplus_idle)
 
 
+@dataclass
+class Demand:
+    """A pool's queued jobs split into those that get runners now and those held back for now."""
+
+    wanted: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+
+
+def judge_demand(
+    queued: Sequence[QueuedJob],
+    *,
+    now: datetime,
+    stale_after: timedelta,
+    max_runners_per_job: int,
+    max_hold: timedelta,
+    busy_covers_job: timedelta,
+) -> Demand:
+    """Which queued jobs count as demand now (oldest first), and which are held back.
+
+    A fresh job is demand; an old one only once GitHub recently confirmed it still queued, so a cancelled
+    or already-taken job whose webhook was lost does not get a runner. A job whose own runner took a job
+    in the last `busy_covers_job` without saying which (it turned busy, or finished before corral saw it
+    busy) is not demand: that runner most likely took this very job, and the webhook saying so is on its
+    way; the engine asks GitHub at once, and a confirmation that it is still queued makes it demand again. A job whose runners went to other jobs `max_runners_per_job` times is held:
+    each further runner is a likely duplicate (its own runner may be about to free up), so it gets another
+    only once GitHub confirms it still queued after a wait that doubles with every further diversion.
+    """
+    demand = Demand()
+    for job in queued:
+        taken_at = job.maybe_taken_at
+        presumed = taken_at is not None and taken_at >= now - busy_covers_job
+        if presumed and taken_at is not None and (job.checked_at is None or job.checked_at < taken_at):
+            continue
+        confirmed = job.checked_at is not None and job.checked_at >= now - stale_after
+        if job.received_at < now - stale_after and not confirmed:
+            continue
+        if job.runners_diverted >= max_runners_per_job:
+            hold = min(stale_after * 2 ** (job.runners_diverted - max_runners_per_job), max_hold)
+            due = (job.diverted_at or now) + hold
+            if job.checked_at is None or job.checked_at < due:
+                demand.held.append(job.id)
+                continue
+        demand.wanted.append(job.id)
+    return demand
+
+
 @dataclass(frozen=True)
 class RunnerFacts:
-    """What one pass knows about one runner, joined from the store, the cloud and GitHub.
+    """What one pass knows about one runner, joined from the store, the cloud, GitHub and the job table.
 
-    `server_known`/`registration_known` are False when that side could not be listed this pass: a
-    missing server or registration then means nothing, and no verdict may rest on it.
+    `server_known`/`registration_known` are False when that side could not be listed, or was listed before
+    the runner entered its state: a missing server or registration then means nothing, and no verdict may
+    rest on it. `observed_age_s` is the runner's age when the last look at both sides began, so a timeout
+    is only called on a look that could have seen the runner come online.
     """
 
     state: RunnerState
     in_flight: bool
-    age_s: float
+    observed_age_s: float
     bootstrap_timeout_s: float
     server_known: bool = True
     server_status: str | None = None
@@ -106,21 +155,24 @@ class RunnerFacts:
     online: bool = False
     busy: bool = False
     had_registration: bool = False
+    job_status: JobState | None = None
+    """The status of the job a webhook or GitHub said this runner took, if any."""
 
 
 @dataclass(frozen=True)
 class Verdict:
     target: RunnerState
-    reason: str
+    reason: Reason
+    message: str | None = None
 
 
 STOPPED_SERVER_STATES = frozenset({"SHUTOFF", "STOPPED", "DELETED", "SOFT_DELETED"})
 
 
 def judge_runner(facts: RunnerFacts) -> Verdict | None:
-    """The next state a runner should move to given both views, or None to leave it as it is.
+    """The next state a runner should move to given what is known, or None to leave it as it is.
 
-    One step at a time: the caller applies the verdict and asks again, so each transition is logged
+    One step at a time: the caller applies the verdict and asks again, so each transition is recorded
     with its own reason.
     """
     state = facts.state
@@ -129,44 +181,56 @@ def judge_runner(facts: RunnerFacts) -> Verdict | None:
     server_error = facts.server_status == "ERROR"
     registration_gone = facts.registration_known and not facts.registered
 
+    if state is RunnerState.DELETED:
+        return None
     if state in (RunnerState.FINISHED, RunnerState.FAILED):
-        return Verdict(RunnerState.DELETING, "cleaning up server and registration")
+        return Verdict(RunnerState.DELETING, Reason.CLEANUP)
     if state is RunnerState.DELETING:
         if server_gone and registration_gone:
-            return Verdict(RunnerState.DELETED, "server and registration are gone")
+            return Verdict(RunnerState.DELETED, Reason.GONE)
         return None
     if state in (RunnerState.PENDING, RunnerState.CREATING):
         if facts.in_flight or not facts.server_known:
             return None
         if facts.server_status is not None:
             if state is RunnerState.PENDING:
-                return Verdict(RunnerState.CREATING, "found its server after a restart")
-            return Verdict(RunnerState.BOOTING, "server exists")
-        return Verdict(RunnerState.FAILED, "creation was interrupted before a server existed")
+                return Verdict(RunnerState.CREATING, Reason.SERVER_FOUND, "found its server after a restart")
+            return Verdict(RunnerState.BOOTING, Reason.SERVER_FOUND, "found its server after a restart")
+        return Verdict(RunnerState.FAILED, Reason.INTERRUPTED, "creation was interrupted before a server existed")
+
+    # BOOTING, IDLE or BUSY: what the job table says is the freshest news there is.
+    if facts.job_status is JobState.COMPLETED:
+        return Verdict(RunnerState.FINISHED, Reason.JOB_DONE)
+    if facts.job_status is JobState.IN_PROGRESS and state is not RunnerState.BUSY:
+        return Verdict(RunnerState.BUSY, Reason.TOOK_JOB)
 
     if server_gone:
-        return Verdict(RunnerState.FAILED, "its server disappeared")
+        return Verdict(RunnerState.FAILED, Reason.SERVER_VANISHED, "its server disappeared")
     if server_error:
-        return Verdict(RunnerState.FAILED, f"server in ERROR: {facts.server_fault or 'no fault given'}")
+        return Verdict(
+            RunnerState.FAILED, Reason.SERVER_ERROR, f"server in ERROR: {facts.server_fault or 'no fault given'}"
+        )
 
     if state is RunnerState.BOOTING:
         if facts.registered and facts.online:
-            return Verdict(RunnerState.BUSY if facts.busy else RunnerState.IDLE, "runner came online")
+            return Verdict(RunnerState.BUSY if facts.busy else RunnerState.IDLE, Reason.CAME_ONLINE)
         if server_stopped:
-            return Verdict(RunnerState.FINISHED, "server shut down (runner exited)")
+            return Verdict(RunnerState.FINISHED, Reason.RUNNER_EXITED, "server shut down (runner exited)")
         if facts.had_registration and registration_gone:
-            return Verdict(RunnerState.FINISHED, "registration is gone (job done or registration removed)")
-        if facts.age_s > facts.bootstrap_timeout_s:
+            return Verdict(RunnerState.FINISHED, Reason.DEREGISTERED, "registration is gone")
+        if facts.registration_known and facts.observed_age_s > facts.bootstrap_timeout_s:
             return Verdict(
-                RunnerState.FAILED, f"no runner came online within bootstrap_timeout ({facts.bootstrap_timeout_s:.0f}s)"
+                RunnerState.FAILED,
+                Reason.BOOTSTRAP_TIMEOUT,
+                f"no runner came online within bootstrap_timeout ({facts.bootstrap_timeout_s:.0f}s)",
             )
         return None
 
     # IDLE or BUSY
     if registration_gone:
-        return Verdict(RunnerState.FINISHED, "runner deregistered (its job is done)")
+        return Verdict(RunnerState.FINISHED, Reason.DEREGISTERED, "runner deregistered (its job is done)")
     if server_stopped:
-        return Verdict(RunnerState.FINISHED, "server shut down (runner exited)")
+        return Verdict(RunnerState.FINISHED, Reason.RUNNER_EXITED, "server shut down (runner exited)")
     if state is RunnerState.IDLE and facts.registered and facts.busy:
-        return Verdict(RunnerState.BUSY, "runner took a job")
+        return Verdict(RunnerState.BUSY, Reason.TOOK_JOB)
     return None

@@ -10,16 +10,13 @@ import asyncio
 import logging
 from pathlib import Path
 
-from corral.api.views import PoolView
 from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import CloudProvider
-from corral.cloud.userdata import load_template
 from corral.config import ConfigError, CorralConfig, load_config
-from corral.engine.reconciler import Engine
+from corral.engine.coordinator import Engine
 from corral.github.client import GitHubClient
-from corral.model import RunnerState
-from corral.policy import plan_scale
-from corral.store import Store
+from corral.store import Intake, Store
+from corral.userdata import load_template
 
 logger = logging.getLogger("corral.service")
 
@@ -39,11 +36,14 @@ class Service:
         self.config = config
         self.store = store or Store(config.database_url)
         self.store.migrate()
-        self.cloud = cloud or OpenStackProvider(connect(config.cloud), config.installation)
+        self.cloud = cloud or OpenStackProvider(
+            connect(config.cloud), config.installation, timeout_s=config.cloud.timeout
+        )
         self.github = GitHubClient(config.github)
         self.engine = Engine(
             config, self.store, self.cloud, self.github, user_data_template=load_template(config.user_data_template)
         )
+        self.intake = Intake(self.store, self.engine.wake, config.tuning.intake_group)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
 
@@ -85,46 +85,6 @@ class Service:
         self.last_reload_problems = []
         logger.info("configuration reloaded: generation %d, pools %s", self.engine.generation, sorted(config.pools))
         return []
-
-    def pool_views(self) -> list[PoolView]:
-        """Per pool (including removed pools still draining): desired, runners by state, readiness."""
-        statuses = self.store.pool_statuses()
-        names = sorted(set(self.config.pools) | self.store.live_pools())
-        views = []
-        for name in names:
-            pool = self.config.pools.get(name)
-            states = self.store.runner_states(name)
-            demand = self.engine.judge_demand(name)
-            pool_counts = self.engine.pool_counts(name, demand.wanted, states=states)
-            min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
-            plan = plan_scale(pool_counts, min_idle=min_idle, max_runners=max_runners)
-            ready, reason = self.engine.pool_ready(name) if pool else (False, "removed from the configuration")
-            status = statuses.get(name)
-
-            views.append(
-                PoolView(
-                    name=name,
-                    default=name == self.config.default_pool,
-                    removed=pool is None,
-                    ready=ready,
-                    reason=reason,
-                    applied_generation=status.applied_generation if status else 0,
-                    desired=plan.desired,
-                    min_idle=min_idle,
-                    max_runners=max_runners,
-                    queued_jobs=pool_counts.queued_jobs,
-                    held_jobs=len(demand.held),
-                    pending=states[RunnerState.PENDING],
-                    creating=states[RunnerState.CREATING],
-                    booting=states[RunnerState.BOOTING],
-                    starting=pool_counts.starting,
-                    idle=states[RunnerState.IDLE],
-                    busy=states[RunnerState.BUSY],
-                    failed=states[RunnerState.FAILED],
-                    deleting=states[RunnerState.DELETING],
-                )
-            )
-        return views
 
     def close(self) -> None:
         self.cloud.close()

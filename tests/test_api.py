@@ -12,7 +12,9 @@ import pytest
 
 from corral.api.dashboard import CONTENT_SECURITY_POLICY
 from corral.local import LocalCorral, corral_config, pool_spec
+from corral.model import Delivery, JobState, JobUpdate
 from corral.sandbox.server import Sandbox
+from corral.store import jobs
 
 EXTERNAL_ASSET = re.compile(r"""(src|href)\s*=\s*["']?(https?:)?//""", re.IGNORECASE)
 
@@ -52,13 +54,16 @@ def test_a_job_limit_out_of_range_gets_422_naming_the_bound(api: httpx.Client, l
 
 
 def test_limits_in_range_are_honoured(api: httpx.Client, corral: LocalCorral) -> None:
-    for job_id in (1, 2, 3):
-        corral.service.store.record_job_event(
-            delivery_id=None,
-            event="workflow_job",
+    polled = [
+        Delivery(
+            id=None,
+            event="poll",
             action="queued",
-            job={"id": job_id, "repository": "octo-org/app", "labels": ["small"], "status": "queued", "pool": "small"},
+            job=JobUpdate(job_id, "octo-org/app", ("small",), JobState.QUEUED, pool="small"),
         )
+        for job_id in (1, 2, 3)
+    ]
+    corral.service.store.run_blocking(jobs.record, polled)
     assert len(api.get("/api/v1/jobs", params={"limit": 1}).json()) == 1
     assert len(api.get("/api/v1/jobs", params={"limit": 1000}).json()) == 3
 
@@ -98,7 +103,7 @@ def test_docs_pages_are_gone_and_the_openapi_description_needs_a_read_token(
         assert response.status_code == 404, path
         assert not EXTERNAL_ASSET.search(response.text), f"{path} loads something from another site"
     assert httpx.get(f"{corral.url}/api/v1/openapi.json").status_code == 401
-    _, metrics_only = corral.service.store.create_token("prometheus", "metrics")
+    _, metrics_only = corral.create_token("prometheus", "metrics")
     scrape = {"Authorization": f"Bearer {metrics_only}"}
     assert httpx.get(f"{corral.url}/api/v1/openapi.json", headers=scrape).status_code == 403
     description = api.get("/api/v1/openapi.json").json()

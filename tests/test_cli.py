@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from corral.api.views import pool_views
 from corral.cli import main
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
@@ -101,8 +102,8 @@ def test_client_commands_talk_to_a_running_corral(
         remote = ["--url", corral.url, "--token", corral.token]
 
         def one_idle() -> bool:
-            corral.reconcile()
-            return corral.service.pool_views()[0].idle == 1
+            corral.settle()
+            return pool_views(corral.service.config, corral.service.engine)[0].idle == 1
 
         wait_until(one_idle, what="one idle runner")
         assert main(["pools", *remote]) == 0

@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from corral import secrets
-from corral.cloud.userdata import SAMPLE_JIT_CONFIG_LENGTH
 from corral.config import ConfigError, load_config, parse_config, parse_duration
+from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH
 
 PAT = "ghp_" + "Zq7" * 12
 WEBHOOK_SECRET = "a-webhook-secret-long-enough"

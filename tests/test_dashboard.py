@@ -73,7 +73,7 @@ def test_the_page_is_public_but_its_data_needs_a_read_token(
     sandbox: Sandbox, start_corral: Any, control: httpx.Client
 ) -> None:
     corral = start_corral({"dashtest": pool_spec(["small"])})
-    metrics_token = corral.service.store.create_token("scraper", "metrics")[1]
+    metrics_token = corral.create_token("scraper", "metrics")[1]
     with httpx.Client(base_url=corral.url, timeout=10) as anonymous:
         page = anonymous.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -178,7 +178,7 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
         default_pool="small",
     )
     warm(corral, {"small": 2, "large": 1})
-    token = corral.service.store.create_token("browser", "read")[1]
+    token = corral.create_token("browser", "read")[1]
 
     dom = render(f"{corral.url}/?token={token}", tmp_path / "profile")
 

@@ -11,7 +11,7 @@ import pytest
 
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
-from corral.store import Store
+from corral.store import Store, tokens
 
 
 def mode(path: Path) -> int:
@@ -30,7 +30,7 @@ def test_a_sqlite_database_and_its_wal_and_shm_files_are_created_0600(tmp_path: 
     store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
     try:
         store.migrate()
-        store.create_token("ops", "read")
+        store.run_blocking(tokens.create, "ops", "read")
         with store.engine.connect():  # WAL mode: -wal and -shm exist while a connection is open
             files = sorted(tmp_path.glob("corral.db*"))
             assert [path.name for path in files] == ["corral.db", "corral.db-shm", "corral.db-wal"]

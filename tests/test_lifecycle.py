@@ -69,7 +69,7 @@ def converge(corral: LocalCorral, check: Any, what: str, timeout: float = 20.0) 
     """Run passes until `check()` holds (each pass is synchronous, so this waits on state, not time)."""
 
     def probe() -> Any:
-        corral.reconcile()
+        corral.settle()
         return check()
 
     return wait_until(probe, timeout=timeout, what=what)
@@ -214,11 +214,11 @@ def test_a_job_cancelled_while_waiting_gets_no_runner(
     with corral.api() as api:
         api.post("/api/v1/pools/small/drain").raise_for_status()
     job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 0}).json()
-    wait_until(lambda: corral.service.store.job(job["id"]) is not None, what="the job recorded")
+    wait_until(lambda: corral.job(job["id"]) is not None, what="the job recorded")
     control.put("/faults", json={"world": {"webhook_lose_rate": 1.0}}).raise_for_status()
     control.post(f"/jobs/{job['id']}/cancel").raise_for_status()  # its `completed` webhook is lost
     wait_until(lambda: control.get("/stats").json()["github"]["webhooks"]["lost"] >= 1, what="the lost webhook")
-    received = corral.service.store.job(job["id"])
+    received = corral.job(job["id"])
     assert received is not None
     # stale_job_check cannot go below 1s: only a job queued that long is confirmed with GitHub first.
     wait_until(lambda: utcnow() - received.received_at > timedelta(seconds=1), what="the job older than 1s")
@@ -226,7 +226,7 @@ def test_a_job_cancelled_while_waiting_gets_no_runner(
         api.post("/api/v1/pools/small/undrain").raise_for_status()
 
     def asked_github() -> bool:
-        stored = corral.service.store.job(job["id"])
+        stored = corral.job(job["id"])
         return stored is not None and stored.status == "completed"
 
     converge(corral, asked_github, "GitHub asked about the stale job")

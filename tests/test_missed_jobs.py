@@ -39,7 +39,7 @@ def start(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
 
 
 def corral_knows(corral: LocalCorral, job_id: int) -> bool:
-    return corral.service.store.job(job_id) is not None
+    return corral.job(job_id) is not None
 
 
 def test_a_failed_delivery_is_redelivered_at_corrals_request(start: Any, control: httpx.Client) -> None:

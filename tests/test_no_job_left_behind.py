@@ -91,7 +91,9 @@ def test_readyz_names_a_pool_that_is_not_ready(sandbox: Sandbox, start: StartCor
 
     def not_ready() -> dict[str, Any] | None:
         answer = readyz()
-        return answer.json()["pools"] if answer.status_code == 503 and "broken" in answer.json()["pools"] else None
+        pools = answer.json()["pools"]
+        checked = "no-such-image" in (pools["broken"]["reason"] or "") and pools["small"]["ready"]
+        return pools if answer.status_code == 503 and checked else None
 
     pools_status = wait_until(not_ready, what="/readyz answering 503")
     assert pools_status["broken"]["ready"] is False
@@ -125,7 +127,7 @@ def test_a_job_whose_runners_went_to_other_jobs_is_still_served(
     job_id = queue_job(control, ["small"])
     wait_until(lambda: all(completed(control, job) for job in older), timeout=45, what="the older jobs ran")
     wait_until(lambda: completed(control, job_id), timeout=45, what="the new job served in the end")
-    wait_until(lambda: (job := corral.service.store.job(job_id)) and job.status == "completed", what="corral knows")
+    wait_until(lambda: (job := corral.job(job_id)) and job.status == "completed", what="corral knows")
 
 
 # -- 3. a lost `completed` webhook does not leave a job in progress for ever --------------------------------
@@ -138,7 +140,7 @@ def test_a_job_whose_completed_webhook_is_lost_is_completed_from_github(
     job_id = queue_job(control, ["small"], duration=1.0)
 
     def in_progress_in_corral() -> bool:
-        stored = corral.service.store.job(job_id)
+        stored = corral.job(job_id)
         return stored is not None and stored.status == "in_progress"
 
     wait_until(in_progress_in_corral, what="the job in progress, as corral knows it")
@@ -146,7 +148,7 @@ def test_a_job_whose_completed_webhook_is_lost_is_completed_from_github(
     wait_until(lambda: completed(control, job_id), what="the job done on GitHub")
 
     def completed_in_corral() -> bool:
-        stored = corral.service.store.job(job_id)
+        stored = corral.job(job_id)
         return stored is not None and stored.status == "completed" and stored.conclusion == "success"
 
     wait_until(completed_in_corral, timeout=30, what="corral to learn from GitHub that the job completed")
@@ -161,7 +163,7 @@ def test_a_job_whose_completed_webhook_is_lost_is_completed_from_github(
 def test_at_the_rate_limit_corral_stops_calling_github_until_the_reset(
     sandbox: Sandbox, control: httpx.Client, start: StartCorral
 ) -> None:
-    start({"small": pool_spec(["small"], min_idle=1)}, reconcile_interval="0.2s")
+    start({"small": pool_spec(["small"], min_idle=1)}, reconcile_interval="1s")
     wait_until(lambda: online_per_pool(sandbox) == {"small": 1}, what="a warm runner")
     control.put("/rate-limit", json={"remaining": 0, "reset_in": 6}).raise_for_status()
     first = queue_job(control, ["small"])

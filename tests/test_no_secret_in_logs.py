@@ -101,14 +101,14 @@ def run_jobs(corral: LocalCorral, control: httpx.Client) -> None:
     ]
 
     def all_done() -> bool:
-        corral.reconcile()
+        corral.settle()
         return all(control.get(f"/jobs/{job['id']}").json()["status"] == "completed" for job in jobs)
 
     wait_until(all_done, timeout=60, what=f"{JOBS} jobs completed")
 
     def runners_gone() -> bool:
-        corral.reconcile()
-        return not corral.service.store.runners(states=[s for s in RunnerState if s is not RunnerState.DELETED])
+        corral.settle()
+        return not corral.runners(states=[s for s in RunnerState if s is not RunnerState.DELETED])
 
     wait_until(runners_gone, timeout=30, what="every runner deleted")
 

@@ -39,14 +39,14 @@ def run_one_job(corral: LocalCorral, control: httpx.Client) -> int:
     job = control.post("/jobs", json={"repo": "octo-org/app", "labels": ["small"], "duration": 0.1}).json()
 
     def done() -> bool:
-        corral.reconcile()
+        corral.settle()
         return bool(control.get(f"/jobs/{job['id']}").json()["status"] == "completed")
 
     wait_until(done, what="job completed")
 
     def runner_gone() -> bool:
-        corral.reconcile()
-        return not corral.service.store.runners(states=[s for s in RunnerState if s is not RunnerState.DELETED])
+        corral.settle()
+        return not corral.runners(states=[s for s in RunnerState if s is not RunnerState.DELETED])
 
     wait_until(runner_gone, what="runner gone")
     return int(job["id"])
@@ -54,7 +54,7 @@ def run_one_job(corral: LocalCorral, control: httpx.Client) -> int:
 
 def test_metrics_need_a_token_and_count_what_happened(corral: LocalCorral, control: httpx.Client) -> None:
     assert httpx.get(f"{corral.url}/metrics").status_code == 401
-    _, metrics_only = corral.service.store.create_token("prometheus", "metrics")
+    _, metrics_only = corral.create_token("prometheus", "metrics")
     scrape = httpx.Client(base_url=corral.url, headers={"Authorization": f"Bearer {metrics_only}"})
     assert scrape.get("/api/v1/pools").status_code == 403, "a metrics token reads nothing else"
     run_one_job(corral, control)

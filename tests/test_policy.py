@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from corral.config import PoolConfig
-from corral.model import InvalidTransition, JobState, RunnerState
-from corral.policy import PoolCounts, RunnerFacts, judge_runner, match_pool, plan_scale
+from corral.model import InvalidTransition, JobState, QueuedJob, RunnerState
+from corral.policy import Demand, PoolCounts, RunnerFacts, judge_demand, judge_runner, match_pool, plan_scale
 
 
 def pool(labels: list[str], scope: dict[str, str] | None = None, **extra: Any) -> PoolConfig:
@@ -97,7 +98,7 @@ def test_runner_state_machine_refuses_illegal_moves() -> None:
 
 
 def facts(state: RunnerState, **overrides: Any) -> RunnerFacts:
-    base: dict[str, Any] = {"state": state, "in_flight": False, "age_s": 10.0, "bootstrap_timeout_s": 600.0}
+    base: dict[str, Any] = {"state": state, "in_flight": False, "observed_age_s": 10.0, "bootstrap_timeout_s": 600.0}
     base.update(overrides)
     return RunnerFacts(**base)
 
@@ -115,7 +116,7 @@ ACTIVE = {"server_status": "ACTIVE"}
         (facts(RunnerState.CREATING, **ACTIVE), RunnerState.BOOTING),
         (facts(RunnerState.CREATING, in_flight=True, **ACTIVE), None),
         (facts(RunnerState.BOOTING, server_status="BUILD", had_registration=True, registered=True), None),
-        (facts(RunnerState.BOOTING, server_status="BUILD", age_s=601, registered=True), RunnerState.FAILED),
+        (facts(RunnerState.BOOTING, server_status="BUILD", observed_age_s=601, registered=True), RunnerState.FAILED),
         (facts(RunnerState.BOOTING, server_status="ERROR", server_fault="No valid host"), RunnerState.FAILED),
         (facts(RunnerState.BOOTING, registered=True, online=True, **ACTIVE), RunnerState.IDLE),
         (facts(RunnerState.BOOTING, registered=True, online=True, busy=True, **ACTIVE), RunnerState.BUSY),
@@ -136,6 +137,18 @@ ACTIVE = {"server_status": "ACTIVE"}
         (facts(RunnerState.DELETING, server_known=False), None),
         (facts(RunnerState.DELETING, registration_known=False), None),
         (facts(RunnerState.DELETING), RunnerState.DELETED),
+        (facts(RunnerState.DELETED, job_status=JobState.COMPLETED), None),
+        # What the job table says comes first: a webhook named the runner.
+        (facts(RunnerState.BOOTING, job_status=JobState.IN_PROGRESS), RunnerState.BUSY),
+        (facts(RunnerState.IDLE, registered=True, online=True, job_status=JobState.IN_PROGRESS), RunnerState.BUSY),
+        (facts(RunnerState.BUSY, registered=True, busy=True, job_status=JobState.IN_PROGRESS, **ACTIVE), None),
+        (
+            facts(RunnerState.BUSY, registered=True, busy=True, job_status=JobState.COMPLETED, **ACTIVE),
+            RunnerState.FINISHED,
+        ),
+        (facts(RunnerState.PENDING, in_flight=True, job_status=JobState.COMPLETED), None),
+        # A timeout needs a look that could have seen the runner online: not without GitHub's listing.
+        (facts(RunnerState.BOOTING, server_status="BUILD", observed_age_s=601, registration_known=False), None),
     ],
 )
 def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None:
@@ -143,3 +156,43 @@ def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None
     assert (verdict.target if verdict else None) is expected
     if verdict is not None:
         runner.state.check_transition(verdict.target)
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+STALE = timedelta(seconds=60)
+
+
+def demand_of(*jobs: QueuedJob, max_runners_per_job: int = 3) -> Demand:
+    return judge_demand(
+        jobs,
+        now=NOW,
+        stale_after=STALE,
+        max_runners_per_job=max_runners_per_job,
+        max_hold=timedelta(minutes=10),
+        busy_covers_job=timedelta(seconds=30),
+    )
+
+
+def test_fresh_jobs_are_demand_and_old_ones_only_once_github_confirmed_them() -> None:
+    fresh = QueuedJob(1, received_at=NOW - timedelta(seconds=5), checked_at=None)
+    stale = QueuedJob(2, received_at=NOW - timedelta(minutes=5), checked_at=None)
+    confirmed = QueuedJob(3, received_at=NOW - timedelta(minutes=5), checked_at=NOW - timedelta(seconds=10))
+    assert demand_of(fresh, stale, confirmed).wanted == [1, 3]
+
+
+def test_a_job_whose_runner_just_took_an_unnamed_job_waits_for_its_webhook() -> None:
+    presumed = QueuedJob(1, NOW, None, runners_diverted=1, diverted_at=NOW, maybe_taken_at=NOW - timedelta(seconds=5))
+    long_ago = QueuedJob(2, NOW, None, runners_diverted=1, diverted_at=NOW, maybe_taken_at=NOW - timedelta(minutes=1))
+    assert demand_of(presumed, long_ago).wanted == [2]
+
+
+def test_a_job_past_max_runners_per_job_is_held_until_github_confirms_it_after_a_backoff() -> None:
+    diverted_at = NOW - timedelta(seconds=90)
+    unconfirmed = QueuedJob(1, NOW, None, runners_diverted=3, diverted_at=diverted_at)
+    confirmed_before_backoff = QueuedJob(
+        2, NOW, NOW - timedelta(seconds=40), runners_diverted=3, diverted_at=diverted_at
+    )
+    confirmed_after = QueuedJob(3, NOW, NOW - timedelta(seconds=10), runners_diverted=3, diverted_at=diverted_at)
+    twice_more = QueuedJob(4, NOW, NOW - timedelta(seconds=10), runners_diverted=5, diverted_at=diverted_at)
+    demand = demand_of(unconfirmed, confirmed_before_backoff, confirmed_after, twice_more)
+    assert (demand.wanted, demand.held) == ([3], [1, 2, 4]), "the wait doubles: 60 s at 3 diversions, 240 s at 5"

@@ -34,7 +34,7 @@ def corral_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
 def runner_failures(corral: LocalCorral) -> list[str]:
     with corral.api() as api:
         runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
-    return [runner["failure_reason"] or "" for runner in runners]
+    return [runner["message"] or "" for runner in runners]
 
 
 def events_of_failed(corral: LocalCorral) -> list[str]:
@@ -43,7 +43,7 @@ def events_of_failed(corral: LocalCorral) -> list[str]:
         reasons = []
         for runner in runners:
             events = api.get(f"/api/v1/runners/{runner['id']}/events").json()
-            reasons += [event["reason"] for event in events if event["to_state"] == "failed"]
+            reasons += [event["message"] or "" for event in events if event["to_state"] == "failed"]
     return reasons
 
 

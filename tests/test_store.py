@@ -1,15 +1,29 @@
-"""The store on SQLite and on the real PostgreSQL: runner transitions, job merging, delivery de-duplication."""
+"""The store on SQLite and on the real PostgreSQL: runner transitions, job merging, group intake, pruning."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from corral.model import InvalidTransition, JobState, RunnerState
-from corral.store import StaleRunner, Store
+from corral.clock import utcnow
+from corral.model import (
+    Delivery,
+    DeliveryOutcome,
+    InvalidTransition,
+    JobState,
+    JobUpdate,
+    Reason,
+    Runner,
+    RunnerState,
+    Transition,
+)
+from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, pools, retention, runners
+from corral.store.runners import NewRunner
 from tests.store_urls import postgres_url, sqlite_url
 
 
@@ -23,98 +37,210 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         store.close()
 
 
-def job_update(job_id: int, status: str, **extra: object) -> dict[str, object]:
-    return {"id": job_id, "repository": "octo/app", "labels": ["small"], "status": status, "pool": "small", **extra}
+def add(store: Store, pool: str = "small", job_id: int | None = None) -> Runner:
+    intent = NewRunner(pool=pool, scope="org:octo", labels=(pool,), reason=Reason.WARM, job_id=job_id)
+    return store.run_blocking(runners.add, "corral", [intent])[0]
+
+
+def move(store: Store, runner: Runner, target: RunnerState, reason: Reason, **fields: object) -> Runner | None:
+    return store.run_blocking(runners.apply, [Transition(runner, target, reason, **fields)])[0]  # type: ignore[arg-type]
+
+
+def queued(job_id: int, status: JobState = JobState.QUEUED, **extra: object) -> JobUpdate:
+    return JobUpdate(job_id, "octo/app", ("small",), status, "small", **extra)  # type: ignore[arg-type]
+
+
+def delivery(delivery_id: str | None, job: JobUpdate) -> Delivery:
+    return Delivery(id=delivery_id, event="workflow_job", action=job.status.value, job=job)
 
 
 def test_migrate_is_idempotent(store: Store) -> None:
     store.migrate()
-    assert store.runners() == []
+    assert store.run_blocking(runners.listing) == []
 
 
 def test_a_runner_is_written_pending_and_its_transitions_are_logged(store: Store) -> None:
-    runner = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="scale up: 1 queued job")
-    assert runner.state == "pending" and runner.name == f"corral-small-{runner.id}"
-    store.transition(runner.id, RunnerState.CREATING, "create requested")
-    moved = store.transition(runner.id, RunnerState.BOOTING, "server exists", server_id="srv-1")
-    assert moved.server_id == "srv-1" and moved.state == "booting"
-    assert moved.state_changed_at >= moved.created_at and moved.created_at.tzinfo is not None
-    history = [(e.from_state, e.to_state, e.reason) for e in store.events(runner.id)]
+    runner = add(store)
+    assert runner.state is RunnerState.PENDING and runner.name == f"corral-small-{runner.id}"
+    creating = move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED, github_runner_id=42)
+    assert creating is not None and creating.github_runner_id == 42
+    booting = move(store, creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id="srv-1")
+    assert booting is not None and (booting.server_id, booting.state) == ("srv-1", RunnerState.BOOTING)
+    assert booting.state_changed_at >= booting.created_at and booting.created_at.tzinfo is not None
+    history = [(e.from_state, e.to_state, e.reason) for e in store.run_blocking(runners.events, runner.id)]
     assert history == [
-        (None, "pending", "scale up: 1 queued job"),
-        ("pending", "creating", "create requested"),
-        ("creating", "booting", "server exists"),
+        (None, RunnerState.PENDING, Reason.WARM),
+        (RunnerState.PENDING, RunnerState.CREATING, Reason.CREATE_REQUESTED),
+        (RunnerState.CREATING, RunnerState.BOOTING, Reason.SERVER_CREATED),
+    ]
+
+
+def test_a_failure_keeps_its_reason_and_message_on_the_runner(store: Store) -> None:
+    runner = add(store)
+    failed = move(store, runner, RunnerState.FAILED, Reason.CLOUD_QUOTA, message="quota exceeded for instances")
+    assert failed is not None and (failed.reason, failed.message) == (
+        Reason.CLOUD_QUOTA,
+        "quota exceeded for instances",
+    )
+    failures = store.run_blocking(runners.recent_failures)
+    assert [(event.reason, event.message, found.id) for event, found in failures] == [
+        (Reason.CLOUD_QUOTA, "quota exceeded for instances", runner.id)
     ]
 
 
 def test_illegal_and_stale_transitions_change_nothing(store: Store) -> None:
-    runner = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="warm")
+    runner = add(store)
     with pytest.raises(InvalidTransition):
-        store.transition(runner.id, RunnerState.IDLE, "skipping ahead")
-    with pytest.raises(StaleRunner):
-        store.transition(runner.id, RunnerState.CREATING, "x", expect=RunnerState.BOOTING)
-    with pytest.raises(StaleRunner):
-        store.transition("nope", RunnerState.CREATING, "x")
-    assert store.runner(runner.id).state == "pending"  # type: ignore[union-attr]
-    assert len(store.events(runner.id)) == 1
+        Transition(runner, RunnerState.IDLE, Reason.CAME_ONLINE)
+    assert move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED) is not None
+    assert move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED) is None, "read as pending: stale now"
+    current = store.run_blocking(runners.get, runner.id)
+    assert current is not None and current.state is RunnerState.CREATING
+    assert len(store.run_blocking(runners.events, runner.id)) == 2
 
 
 def test_only_one_of_two_racing_transitions_wins(store: Store) -> None:
-    runner = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="warm")
-    outcomes: list[str] = []
+    runner = add(store)
+    outcomes: list[bool] = []
     barrier = threading.Barrier(2)
 
     def attempt() -> None:
         barrier.wait()
-        try:
-            store.transition(runner.id, RunnerState.CREATING, "race", expect=RunnerState.PENDING)
-            outcomes.append("won")
-        except StaleRunner:
-            outcomes.append("stale")
+        outcomes.append(move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED) is not None)
 
     threads = [threading.Thread(target=attempt) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(outcomes) == ["stale", "won"]
-    assert [e.to_state for e in store.events(runner.id)] == ["pending", "creating"]
+    assert sorted(outcomes) == [False, True]
+    assert [e.to_state for e in store.run_blocking(runners.events, runner.id)] == [
+        RunnerState.PENDING,
+        RunnerState.CREATING,
+    ]
 
 
 def test_runners_filter_by_pool_and_state(store: Store) -> None:
-    a = store.add_runner("small", "corral", ["small"], scope="org:octo", reason="warm")
-    store.add_runner("big", "corral", ["big"], scope="org:octo", reason="warm")
-    store.transition(a.id, RunnerState.FAILED, "create error")
-    assert [r.pool for r in store.runners(states=[RunnerState.PENDING])] == ["big"]
-    assert [r.id for r in store.runners(pool="small")] == [a.id]
+    small = add(store, "small")
+    add(store, "big")
+    move(store, small, RunnerState.FAILED, Reason.CLOUD_UNAVAILABLE, message="503")
+    assert [r.pool for r in store.run_blocking(runners.listing, states=[RunnerState.PENDING])] == ["big"]
+    assert [r.id for r in store.run_blocking(runners.listing, pool="small")] == [small.id]
+    assert store.run_blocking(runners.live_pools) == {"small", "big"}
+
+
+def test_a_pools_runners_come_with_the_job_a_webhook_said_they_took(store: Store) -> None:
+    runner = add(store, job_id=5)
+    taken = queued(6, JobState.IN_PROGRESS, runner_name=runner.name)
+    store.run_blocking(jobs.record, [delivery("d5", queued(5)), delivery("d6", taken)])
+    [row] = store.run_blocking(runners.live_of_pool, "small")
+    assert (row.runner.id, row.job_id, row.job_status, row.job_had_runner) == (
+        runner.id,
+        6,
+        JobState.IN_PROGRESS,
+        False,
+    )
+
+
+def test_a_runner_that_took_another_job_is_counted_on_its_own(store: Store) -> None:
+    store.run_blocking(jobs.record, [delivery("d1", queued(1))])
+    runner = add(store, job_id=1)
+    booting = move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED)
+    assert booting is not None
+    busy = move(store, booting, RunnerState.BOOTING, Reason.SERVER_CREATED)
+    assert busy is not None
+    move(store, busy, RunnerState.BUSY, Reason.TOOK_JOB, diverted_job=1, presumed_taken=True)
+    [job] = store.run_blocking(jobs.queued_of_pool, "small")
+    assert job.runners_diverted == 1 and job.diverted_at is not None and job.maybe_taken_at is not None
+    found = store.run_blocking(jobs.get, 1)
+    assert found is not None and found.runners_started == 1
 
 
 def test_a_redelivered_webhook_is_recognised_and_changes_nothing(store: Store) -> None:
-    assert store.record_job_event(delivery_id="d1", event="workflow_job", action="queued", job=job_update(1, "queued"))
-    again = store.record_job_event(
-        delivery_id="d1", event="workflow_job", action="queued", job=job_update(1, "completed")
-    )
-    assert again is False
-    assert store.job(1).status == "queued"  # type: ignore[union-attr]
+    first = store.run_blocking(jobs.record, [delivery("d1", queued(1))])
+    again = store.run_blocking(jobs.record, [delivery("d1", queued(1, JobState.COMPLETED))])
+    assert (first.outcomes, again.outcomes) == ((DeliveryOutcome.RECORDED,), (DeliveryOutcome.DUPLICATE,))
+    job = store.run_blocking(jobs.get, 1)
+    assert job is not None and job.status is JobState.QUEUED
 
 
-def test_jobs_never_move_backwards(store: Store) -> None:
-    store.record_job_event(
-        delivery_id="c", event="workflow_job", action="completed", job=job_update(7, "completed", conclusion="success")
+def test_one_group_with_repeats_and_out_of_order_events(store: Store) -> None:
+    group = [
+        delivery("c", queued(7, JobState.COMPLETED, conclusion="success")),
+        delivery("q", queued(7)),
+        delivery("q", queued(7)),
+        delivery("p", queued(8, JobState.IN_PROGRESS, runner_name="r1")),
+        delivery("q8", queued(8)),
+    ]
+    result = store.run_blocking(jobs.record, group)
+    assert result.outcomes == (
+        DeliveryOutcome.RECORDED,
+        DeliveryOutcome.RECORDED,
+        DeliveryOutcome.DUPLICATE,
+        DeliveryOutcome.RECORDED,
+        DeliveryOutcome.RECORDED,
     )
-    store.record_job_event(delivery_id="q", event="workflow_job", action="queued", job=job_update(7, "queued"))
-    job = store.job(7)
-    assert job is not None and (job.status, job.conclusion) == ("completed", "success")
-    store.record_job_event(delivery_id="q2", event="workflow_job", action="queued", job=job_update(8, "queued"))
-    store.record_job_event(
-        delivery_id="p", event="workflow_job", action="in_progress", job=job_update(8, "in_progress", runner_name="r1")
-    )
-    assert [j.id for j in store.jobs(status=JobState.IN_PROGRESS)] == [8]
-    assert store.job(8).runner_name == "r1"  # type: ignore[union-attr]
+    assert result.pools == {"small"}
+    seven, eight = store.run_blocking(jobs.get, 7), store.run_blocking(jobs.get, 8)
+    assert seven is not None and (seven.status, seven.conclusion) == (JobState.COMPLETED, "success")
+    assert eight is not None and (eight.status, eight.runner_name) == (JobState.IN_PROGRESS, "r1")
+
+
+def test_jobs_never_move_backwards_across_groups(store: Store) -> None:
+    store.run_blocking(jobs.record, [delivery("c", queued(7, JobState.COMPLETED, conclusion="success"))])
+    store.run_blocking(jobs.record, [delivery("q", queued(7))])
+    job = store.run_blocking(jobs.get, 7)
+    assert job is not None and (job.status, job.conclusion) == (JobState.COMPLETED, "success")
+    store.run_blocking(jobs.checked, 7, status=JobState.QUEUED, conclusion=None)
+    job = store.run_blocking(jobs.get, 7)
+    assert job is not None and job.status is JobState.COMPLETED and job.checked_at is not None
+
+
+def test_concurrent_webhooks_are_committed_in_groups_each_answered_after_its_commit(store: Store) -> None:
+    woken: list[set[str]] = []
+
+    async def deliver_many() -> list[DeliveryOutcome]:
+        intake = Intake(store, lambda pools_: woken.append(set(pools_)))
+        updates = [delivery(f"d{n}", queued(n)) for n in range(200)] + [delivery("d0", queued(0))]
+        return await asyncio.gather(*(intake.record(update) for update in updates))
+
+    outcomes = asyncio.run(deliver_many())
+    assert outcomes.count(DeliveryOutcome.RECORDED) == 200 and outcomes[-1] is DeliveryOutcome.DUPLICATE
+    assert len(store.run_blocking(jobs.queued_of_pool, "small")) == 200
+    assert 1 <= len(woken) < 200, "deliveries arriving together share a transaction"
+
+
+def test_a_blocking_call_on_the_event_loop_is_refused(store: Store) -> None:
+    async def on_the_loop() -> None:
+        store.run_blocking(runners.listing)
+
+    with pytest.raises(BlockingCallOnEventLoop):
+        asyncio.run(on_the_loop())
+
+
+def test_history_older_than_retention_is_pruned_in_batches(store: Store) -> None:
+    runner = add(store)
+    failed = move(store, runner, RunnerState.FAILED, Reason.CLOUD_UNAVAILABLE, message="503")
+    assert failed is not None
+    deleting = move(store, failed, RunnerState.DELETING, Reason.CLEANUP)
+    assert deleting is not None
+    move(store, deleting, RunnerState.DELETED, Reason.GONE)
+    live = add(store)
+    store.run_blocking(jobs.record, [delivery(f"d{n}", queued(n)) for n in range(5)])
+    nothing = store.run_blocking(retention.prune_batch, older_than=utcnow() - timedelta(days=1), batch=2)
+    assert nothing == 0, "nothing is older than a day"
+    later = utcnow() + timedelta(seconds=1)
+    assert store.run_blocking(retention.prune_batch, older_than=later, batch=2) == 1 + 2 + 2
+    assert store.run_blocking(retention.prune_batch, older_than=later, batch=2) == 2 + 2
+    assert store.run_blocking(retention.prune_batch, older_than=later, batch=2) == 1 + 1
+    assert store.run_blocking(retention.prune_batch, older_than=later, batch=2) == 0
+    assert [r.id for r in store.run_blocking(runners.listing)] == [live.id], "live runners are never pruned"
+    assert store.run_blocking(runners.events, runner.id) == []
 
 
 def test_pool_status_round_trip(store: Store) -> None:
-    store.set_pool_status("small", generation=3, ready=False, reason="image 'x' not found")
-    store.set_pool_status("small", generation=4, ready=True, reason=None)
-    status = store.pool_statuses()["small"]
-    assert (status.applied_generation, status.ready, status.reason) == (4, True, None)
+    store.run_blocking(pools.publish, "small", generation=3, ready=False, reason="image 'x' not found", removed=False)
+    store.run_blocking(pools.publish, "small", generation=4, ready=True, reason=None, removed=False)
+    store.run_blocking(pools.set_drained, "small", True)
+    status = store.run_blocking(pools.statuses)["small"]
+    assert (status.applied_generation, status.ready, status.reason, status.drained) == (4, True, None, True)

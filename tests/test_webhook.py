@@ -13,15 +13,24 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import Connection, func, select
 
 from corral.api.webhook import MAX_BODY_BYTES
 from corral.github.webhooks import MAX_DELIVERY_ID_LENGTH, MAX_LABEL_LENGTH, MAX_LABELS, MAX_RUNNER_NAME_LENGTH
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
-from corral.store.schema import Delivery, Job
+from corral.store.schema import DELIVERIES, JOBS
 from tests.store_urls import postgres_url, sqlite_url
 from tests.waiting import wait_until
 from tests.webhook_fixtures import WEBHOOK_EXAMPLES
+
+
+def count_rows(connection: Connection) -> tuple[int, int]:
+    """Deliveries and jobs recorded, counted by the database."""
+    deliveries = connection.execute(select(func.count()).select_from(DELIVERIES)).scalar_one()
+    jobs_ = connection.execute(select(func.count()).select_from(JOBS)).scalar_one()
+    return deliveries, jobs_
+
 
 EXAMPLES = WEBHOOK_EXAMPLES
 
@@ -101,14 +110,14 @@ def test_a_queued_job_is_recorded_with_its_pool_and_a_runner_is_requested_at_onc
     assert deliver(corral, job_payload(101, "queued", ["self-hosted", "small"])).status_code == 202
     (job,) = jobs(corral)
     assert (job["id"], job["status"], job["pool"]) == (101, "queued", "small")
-    runners = wait_until(lambda: corral.service.store.runners(pool="small"), what="a runner row, with no pass")
+    runners = wait_until(lambda: corral.runners(pool="small"), what="a runner row, with no pass")
     assert runners[0].job_id == 101
 
 
 def test_unmatched_jobs_are_recorded_without_a_pool_and_get_no_runner(corral: LocalCorral) -> None:
     assert deliver(corral, job_payload(102, "queued", ["self-hosted", "windows"])).status_code == 202
     assert [(job["id"], job["pool"]) for job in jobs(corral)] == [(102, None)]
-    assert corral.service.store.runners() == []
+    assert corral.runners() == []
 
 
 @pytest.mark.parametrize(
@@ -148,7 +157,7 @@ def test_duplicates_are_ignored_and_out_of_order_events_end_in_the_right_state(c
     assert deliver(corral, completed, delivery="d-1").status_code == 200
     assert deliver(corral, job_payload(105, "queued", ["small"]), delivery="d-2").status_code == 202
     assert [(job["id"], job["status"]) for job in jobs(corral)] == [(105, "completed")]
-    assert corral.service.store.runners() == [], "a job that is already over gets no runner"
+    assert corral.runners() == [], "a job that is already over gets no runner"
 
 
 def test_without_a_secret_the_endpoint_does_not_exist(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -250,9 +259,8 @@ def test_hostile_signed_payloads_get_400_and_nothing_is_recorded(corral_on_each_
     assert wrong == {}, "each of these should be refused with 400"
     assert all(len(answer.text) < 1000 for answer in answers.values()), "an answer repeats a hostile field in full"
     assert jobs(corral) == []
-    with corral.service.store.session() as session:
-        assert session.query(Delivery).count() == 0 and session.query(Job).count() == 0
-    assert corral.service.store.runners() == [], "no runner was started for a refused job"
+    assert corral.service.store.run_blocking(count_rows) == (0, 0), "no delivery and no job recorded"
+    assert corral.runners() == [], "no runner was started for a refused job"
     # A refused delivery was not recorded, so GitHub's redelivery of a good body with that id is taken.
     assert deliver(corral, job_payload(110, "queued", ["small"]), delivery="hostile-1").status_code == 202
     assert [job["id"] for job in jobs(corral)] == [110]

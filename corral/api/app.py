@@ -18,12 +18,15 @@ from corral import __version__
 from corral.api.auth import requires
 from corral.api.dashboard import build_dashboard_router
 from corral.api.headers import DefaultHeaders
-from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView
+from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView, pool_views
 from corral.api.webhook import build_webhook_router
 from corral.config import POOL_NAME_PATTERN
+from corral.engine.coordinator import DeleteOutcome
 from corral.metrics import REGISTRY
 from corral.model import JobState, RunnerState
 from corral.service import Service
+from corral.store import jobs as store_jobs
+from corral.store import runners as store_runners
 
 logger = logging.getLogger("corral.api")
 
@@ -85,7 +88,7 @@ def build_app(service: Service) -> FastAPI:
 
     @app.get("/api/v1/pools", tags=["pools"], dependencies=read)
     async def pools() -> list[PoolView]:
-        return service.pool_views()
+        return pool_views(service.config, service.engine)
 
     @app.get("/api/v1/runners", tags=["runners"], dependencies=read)
     async def runners(
@@ -94,13 +97,14 @@ def build_app(service: Service) -> FastAPI:
         include_deleted: bool = False,
     ) -> list[RunnerView]:
         states = state or [s for s in RunnerState if include_deleted or s is not RunnerState.DELETED]
-        return [RunnerView.of(row) for row in service.store.runners(pool=pool, states=states)]
+        listed = await service.store.run(store_runners.listing, pool=pool, states=states)
+        return [RunnerView.of(runner) for runner in listed]
 
     @app.get("/api/v1/runners/{runner_id}/events", tags=["runners"], dependencies=read)
     async def runner_events(runner_id: RunnerId) -> list[RunnerEventView]:
-        if service.store.runner(runner_id) is None:
+        if await service.store.run(store_runners.get, runner_id) is None:
             raise HTTPException(status_code=404, detail=f"no runner {runner_id}")
-        return [RunnerEventView.of(event) for event in service.store.events(runner_id)]
+        return [RunnerEventView.of(event) for event in await service.store.run(store_runners.events, runner_id)]
 
     @app.get("/api/v1/jobs", tags=["jobs"], dependencies=read)
     async def jobs(
@@ -108,7 +112,8 @@ def build_app(service: Service) -> FastAPI:
         pool: PoolFilter = None,
         limit: Annotated[int, Query(ge=1, le=MAX_JOBS, description="the newest jobs first, at most this many")] = 200,
     ) -> list[JobView]:
-        return [JobView.of(job) for job in service.store.jobs(status=status, pool=pool, limit=limit)]
+        listed = await service.store.run(store_jobs.listing, status=status, pool=pool, limit=limit)
+        return [JobView.of(job) for job in listed]
 
     @app.post("/api/v1/reload", tags=["actions"], dependencies=admin)
     async def reload(response: Response) -> ReloadResult:
@@ -124,26 +129,26 @@ def build_app(service: Service) -> FastAPI:
 
     @app.post("/api/v1/pools/{name}/drain", tags=["actions"], dependencies=admin)
     async def drain(name: PoolName) -> PoolView:
-        return set_drained(name, True)
+        return await set_drained(name, True)
 
     @app.post("/api/v1/pools/{name}/undrain", tags=["actions"], dependencies=admin)
     async def undrain(name: PoolName) -> PoolView:
-        return set_drained(name, False)
+        return await set_drained(name, False)
 
-    def set_drained(name: str, drained: bool) -> PoolView:
+    async def set_drained(name: str, drained: bool) -> PoolView:
         if name not in service.config.pools:
             raise HTTPException(status_code=404, detail=f"no pool {name!r}")
-        service.engine.set_drained(name, drained)
-        return next(view for view in service.pool_views() if view.name == name)
+        await service.engine.set_drained(name, drained)
+        return next(view for view in pool_views(service.config, service.engine) if view.name == name)
 
     @app.delete("/api/v1/runners/{runner_id}", status_code=202, tags=["actions"], dependencies=admin)
     async def delete_runner(runner_id: RunnerId) -> dict[str, str]:
         outcome = await service.engine.delete_runner(runner_id)
-        if outcome == "missing":
+        if outcome is DeleteOutcome.MISSING:
             raise HTTPException(status_code=404, detail=f"no runner {runner_id}")
-        if outcome == "busy":
+        if outcome is DeleteOutcome.BUSY:
             raise HTTPException(status_code=409, detail="the runner is running a job; drain its pool instead")
-        return {"outcome": outcome}
+        return {"outcome": outcome.value}
 
     app.include_router(build_dashboard_router(service))
     return app

@@ -7,14 +7,13 @@ created with `corral token create` and stored hashed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from fastapi import HTTPException, Request
 
-from corral.store import Store
-from corral.store.schema import ApiToken
+from corral.store import Store, tokens
+from corral.store.tokens import ApiToken
 
 Scope = Literal["read", "admin", "metrics"]
 SCOPES: tuple[Scope, ...] = ("read", "admin", "metrics")
@@ -40,7 +39,7 @@ def requires(store: Store, needed: Scope) -> Callable[[Request], Awaitable[ApiTo
         text = bearer(request)
         if text is None:
             raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-        token = await asyncio.to_thread(store.authenticate, text)
+        token = await store.run(tokens.authenticate, text)
         if token is None:
             raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
         if needed not in GRANTS.get(token.scope, frozenset()):

@@ -19,10 +19,10 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel
 
 from corral.api.auth import requires
-from corral.api.views import PoolView
-from corral.engine.reconciler import LIVE_STATES
-from corral.model import RunnerState
+from corral.api.views import PoolView, pool_views
+from corral.model import LIVE_STATES, RunnerState
 from corral.service import Service
+from corral.store import jobs, runners
 
 WAIT_SAMPLE_JOBS = 200
 """How many of the most recently received jobs the wait statistics are taken over."""
@@ -83,6 +83,9 @@ class FailureView(BaseModel):
     pool: str
     from_state: str | None
     reason: str
+    """What happened, in the far end's words where it gave any."""
+    code: str
+    """The reason code (also the label of `corral_runner_failures_total`)."""
 
 
 def wait_stats(waits: list[float]) -> WaitStats:
@@ -119,11 +122,16 @@ def build_dashboard_router(service: Service) -> APIRouter:
     @api.get("/summary")
     async def summary() -> Summary:
         drained = service.engine.drained
-        pools = [DashboardPool(**view.model_dump(), drained=view.name in drained) for view in service.pool_views()]
-        live = Counter(row.state for row in service.store.runners(states=LIVE_STATES))
+        views = pool_views(service.config, service.engine)
+        pools = [DashboardPool(**view.model_dump(), drained=view.name in drained) for view in views]
+        counts = await service.store.run(runners.counts)
+        live = Counter({state: 0 for state in LIVE_STATES})
+        for (_, state), count in counts.items():
+            live[state] += count
+        recent = await service.store.run(jobs.listing, limit=WAIT_SAMPLE_JOBS)
         waits = [
             (job.started_at - job.queued_at).total_seconds()
-            for job in service.store.jobs(limit=WAIT_SAMPLE_JOBS)
+            for job in recent
             if job.started_at is not None and job.queued_at is not None
         ]
         return Summary(
@@ -131,8 +139,8 @@ def build_dashboard_router(service: Service) -> APIRouter:
             default_pool=service.config.default_pool,
             reconcile_passes=service.engine.passes,
             pools=pools,
-            runners={state.value: live[state.value] for state in RunnerState if state in LIVE_STATES},
-            jobs=service.store.job_counts(),
+            runners={state.value: live[state] for state in RunnerState if state in LIVE_STATES},
+            jobs=await service.store.run(jobs.counts),
             wait=wait_stats(waits),
         )
 
@@ -144,10 +152,11 @@ def build_dashboard_router(service: Service) -> APIRouter:
                 runner_id=runner.id,
                 runner_name=runner.name,
                 pool=runner.pool,
-                from_state=event.from_state,
-                reason=event.reason,
+                from_state=event.from_state.value if event.from_state else None,
+                reason=event.message or event.reason.value,
+                code=event.reason.value,
             )
-            for event, runner in service.store.recent_failures(limit)
+            for event, runner in await service.store.run(runners.recent_failures, limit)
         ]
 
     router.include_router(api)

@@ -6,7 +6,10 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from corral.store.schema import Job, Runner, RunnerEvent
+from corral.config import CorralConfig
+from corral.engine.coordinator import Engine
+from corral.model import Job, Runner, RunnerEvent, RunnerState
+from corral.policy import PoolCounts, plan_scale
 
 
 class PoolView(BaseModel):
@@ -32,34 +35,102 @@ class PoolView(BaseModel):
     deleting: int
 
 
+def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
+    """Per pool (including removed pools still draining), as each pool's last pass left it."""
+    views = []
+    for name in sorted(set(config.pools) | engine.workers.keys):
+        pool = config.pools.get(name)
+        snapshot = engine.snapshot(name)
+        states = snapshot.states
+        min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
+        starting = states[RunnerState.PENDING] + states[RunnerState.CREATING] + states[RunnerState.BOOTING]
+        counts = PoolCounts(
+            starting=starting,
+            idle=states[RunnerState.IDLE],
+            busy=states[RunnerState.BUSY],
+            queued_jobs=snapshot.queued_jobs,
+        )
+        ready, reason = engine.pool_ready(name) if pool else (False, "removed from the configuration")
+        views.append(
+            PoolView(
+                name=name,
+                default=name == config.default_pool,
+                removed=pool is None,
+                ready=ready,
+                reason=reason,
+                applied_generation=engine.generation if name in engine.status.snapshots else 0,
+                desired=plan_scale(counts, min_idle=min_idle, max_runners=max_runners).desired,
+                min_idle=min_idle,
+                max_runners=max_runners,
+                queued_jobs=snapshot.queued_jobs,
+                held_jobs=snapshot.held_jobs,
+                pending=states[RunnerState.PENDING],
+                creating=states[RunnerState.CREATING],
+                booting=states[RunnerState.BOOTING],
+                starting=starting,
+                idle=states[RunnerState.IDLE],
+                busy=states[RunnerState.BUSY],
+                failed=states[RunnerState.FAILED],
+                deleting=states[RunnerState.DELETING],
+            )
+        )
+    return views
+
+
 class RunnerView(BaseModel):
     id: str
     name: str
     pool: str
     scope: str
     state: str
+    reason: str
+    """Why it is in its state (a reason code, also the label of the runner metrics)."""
+    message: str | None
+    """What the cloud or GitHub said, when it failed."""
     server_id: str | None
     github_runner_id: int | None
+    job_id: int | None
     labels: list[str]
-    failure_reason: str | None
     created_at: datetime
     state_changed_at: datetime
     registered_at: datetime | None
 
     @classmethod
     def of(cls, runner: Runner) -> RunnerView:
-        return cls.model_validate(runner, from_attributes=True)
+        return cls(
+            id=runner.id,
+            name=runner.name,
+            pool=runner.pool,
+            scope=runner.scope,
+            state=runner.state.value,
+            reason=runner.reason.value,
+            message=runner.message,
+            server_id=runner.server_id,
+            github_runner_id=runner.github_runner_id,
+            job_id=runner.job_id,
+            labels=list(runner.labels),
+            created_at=runner.created_at,
+            state_changed_at=runner.state_changed_at,
+            registered_at=runner.registered_at,
+        )
 
 
 class RunnerEventView(BaseModel):
     from_state: str | None
     to_state: str
     reason: str
+    message: str | None
     at: datetime
 
     @classmethod
     def of(cls, event: RunnerEvent) -> RunnerEventView:
-        return cls.model_validate(event, from_attributes=True)
+        return cls(
+            from_state=event.from_state.value if event.from_state else None,
+            to_state=event.to_state.value,
+            reason=event.reason.value,
+            message=event.message,
+            at=event.at,
+        )
 
 
 class JobView(BaseModel):
@@ -74,10 +145,26 @@ class JobView(BaseModel):
     started_at: datetime | None
     completed_at: datetime | None
     received_at: datetime
+    runners_started: int
+    runners_diverted: int
 
     @classmethod
     def of(cls, job: Job) -> JobView:
-        return cls.model_validate(job, from_attributes=True)
+        return cls(
+            id=job.id,
+            repository=job.repository,
+            labels=list(job.labels),
+            status=job.status.value,
+            conclusion=job.conclusion,
+            pool=job.pool,
+            runner_name=job.runner_name,
+            queued_at=job.queued_at,
+            started_at=job.started_at,
+            completed_at=job.completed_at,
+            received_at=job.received_at,
+            runners_started=job.runners_started,
+            runners_diverted=job.runners_diverted,
+        )
 
 
 class ReloadResult(BaseModel):

@@ -12,7 +12,6 @@ into memory.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
@@ -27,8 +26,8 @@ from corral.github.webhooks import (
     parse_workflow_job,
     signature_valid,
 )
-from corral.metrics import QUEUED_TO_RUNNING_SECONDS, WEBHOOKS
-from corral.model import JobState
+from corral.metrics import DATABASE_ERRORS, QUEUED_TO_RUNNING_SECONDS, WEBHOOKS
+from corral.model import Delivery, DeliveryOutcome, JobState
 from corral.policy import match_pool
 from corral.service import Service
 
@@ -101,23 +100,20 @@ def build_webhook_router(service: Service, secret: bytes) -> APIRouter:
             return _answer(200, "ignored", f"action {clipped(job.action)} needs no runner")
         config = service.config
         pool = match_pool(job.labels, job.repository, config.pools, config.default_pool)
-        recorded = await asyncio.to_thread(
-            service.store.record_job_event,
-            delivery_id=delivery,
-            event=event,
-            action=job.action,
-            job=job.as_job_update(pool),
-        )
-        if not recorded:
+        delivered = Delivery(id=delivery, event=event, action=job.action, job=job.as_job_update(pool))
+        try:
+            outcome = await service.intake.record(delivered)
+        except Exception:
+            DATABASE_ERRORS.labels("intake").inc()
+            logger.exception("cannot record webhook delivery %s; GitHub will retry or corral will redeliver", delivery)
+            return _answer(503, "unavailable", "cannot record the delivery now; retry later")
+        if outcome is DeliveryOutcome.DUPLICATE:
             return _answer(200, "duplicate", "delivery already recorded")
         if pool is None and job.status is JobState.QUEUED:
             logger.info("job %d of %s fits no pool (labels %s)", job.job_id, job.repository, clipped(job.labels))
             WEBHOOKS.labels("unmatched").inc()
         if job.status is JobState.IN_PROGRESS and job.queued_at and job.started_at:
             QUEUED_TO_RUNNING_SECONDS.labels(pool or "none").observe((job.started_at - job.queued_at).total_seconds())
-        service.engine.job_event(job.status, job.runner_name, job.job_id)
-        if pool is not None:
-            service.engine.request_scale(pool)
         return _answer(202, "recorded", "recorded")
 
     return router

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import openstack
 import openstack.connection
@@ -40,7 +40,6 @@ from corral.cloud.provider import (
     ServerSpec,
 )
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
-from corral.config import CloudConfig
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,17 @@ pass is the real retry and a cloud that is down for longer should surface as `Cl
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 
-def connect(config: CloudConfig) -> openstack.connection.Connection:
+class CloudSettings(Protocol):
+    """Which cloud to connect to: a `clouds.yaml` entry (or the `OS_*` variables when `name` is None)."""
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def region(self) -> str | None: ...
+
+
+def connect(config: CloudSettings) -> openstack.connection.Connection:
     """A connection as openstacksdk resolves it: a `clouds.yaml` entry by name, or the `OS_*` variables."""
     return openstack.connect(cloud=config.name, region_name=config.region)
 

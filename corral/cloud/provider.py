@@ -11,7 +11,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from corral.config import VolumeConfig
+
+class VolumeSpec(Protocol):
+    """A blank volume attached to a server and deleted with it (a pool's `extra_volumes` entry)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def size_gb(self) -> int: ...
+
+    @property
+    def type(self) -> str | None: ...
+
 
 META_INSTALLATION = "corral-installation"
 META_POOL = "corral-pool"
@@ -52,7 +64,7 @@ class ServerSpec:
     config_drive: bool = False
     boot_volume_gb: int | None = None
     boot_volume_type: str | None = None
-    volumes: tuple[VolumeConfig, ...] = ()
+    volumes: tuple[VolumeSpec, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
     user_data: str = field(default="", repr=False)
     """Contains the JIT config: excluded from repr so it cannot reach a log line by accident."""

@@ -8,6 +8,7 @@ import sys
 from corral.api.auth import SCOPES
 from corral.commands.database import add_database_arguments, open_store
 from corral.commands.output import emit
+from corral.store import tokens
 
 
 def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +33,7 @@ def _create(args: argparse.Namespace) -> int:
     store = open_store(args, "token")
     if store is None:
         return 2
-    token, text = store.create_token(args.name, args.scope)
+    token, text = store.run_blocking(tokens.create, args.name, args.scope)
     store.close()
     print(f"created token {token.id} ({token.scope}) for {token.name}; it is shown only now:", file=sys.stderr)
     print(text)
@@ -52,7 +53,7 @@ def _list(args: argparse.Namespace) -> int:
             "last_used_at": token.last_used_at.isoformat(timespec="seconds") if token.last_used_at else None,
             "revoked_at": token.revoked_at.isoformat(timespec="seconds") if token.revoked_at else None,
         }
-        for token in store.tokens()
+        for token in store.run_blocking(tokens.listing)
     ]
     store.close()
     print(emit(rows, ["id", "name", "scope", "created_at", "last_used_at", "revoked_at"], args.json))
@@ -63,7 +64,7 @@ def _revoke(args: argparse.Namespace) -> int:
     store = open_store(args, "token")
     if store is None:
         return 2
-    revoked = store.revoke_token(args.id)
+    revoked = store.run_blocking(tokens.revoke, args.id)
     store.close()
     if not revoked:
         print(f"no live token {args.id}", file=sys.stderr)

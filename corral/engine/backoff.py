@@ -19,10 +19,19 @@ class Backoff:
     until: float = 0.0
 
     def failed(self, at_least_s: float = 0.0) -> float:
-        """Record a failure; returns the seconds to wait before trying again."""
+        """Record a failure; returns the seconds to wait before trying again.
+
+        Failures while already waiting do not make the wait longer (only `at_least_s` can): they come from
+        attempts started before the wait began (eight parallel creates failing together are one failure of
+        the cloud, not eight), and counting each would jump to the cap at once.
+        """
+        now = self.clock()
+        if now < self.until:
+            self.until = max(self.until, now + at_least_s)
+            return self.until - now
         self.failures += 1
         wait: float = max(min(self.cap_s, self.base_s * 2.0 ** (self.failures - 1)), at_least_s)
-        self.until = self.clock() + wait
+        self.until = now + wait
         return wait
 
     def succeeded(self) -> None:

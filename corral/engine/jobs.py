@@ -1,8 +1,9 @@
 """Keeping the job table true when webhooks are late, lost or stale.
 
-Two duties, both run from the periodic pass and never from the webhook path:
-- confirm with GitHub (one GET each) that old queued jobs are still queued, so jobs cancelled or taken
-  by another runner stop counting as demand;
+Two duties, both run periodically beside the passes and never from the webhook path:
+- ask GitHub (one GET each) about old queued jobs, so jobs cancelled or taken by another runner stop
+  counting as demand, and about running jobs whose runner is gone, so a lost `completed` webhook does not
+  leave a job running for ever;
 - find jobs whose webhook never arrived: with a GitHub App, ask GitHub to redeliver its failed
   deliveries; with a token, list the queued runs of the repositories corral knows about.
 """
@@ -20,14 +21,13 @@ from corral.config import CorralConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.github.client import GitHubClient, GitHubError
 from corral.metrics import GITHUB_ERRORS, JOBS_RECOVERED
-from corral.model import JobState
+from corral.model import Delivery, Job, JobState, JobUpdate
 from corral.policy import match_pool
 from corral.store import Store
-from corral.store.schema import Job
+from corral.store import jobs as store_jobs
 
 logger = logging.getLogger("corral.jobs")
 
-STALE_CHECKS_PER_PASS = 50
 CONCURRENT_CHECKS = 8
 REDELIVERY_OVERLAP = timedelta(minutes=5)
 MAX_REDELIVERIES = 5
@@ -60,19 +60,21 @@ class JobTracker:
 
     async def verify_stale(self, config: CorralConfig) -> set[str]:
         """Ask GitHub about old queued jobs, and about running jobs whose runner is gone; returns the pools
-        whose demand changed."""
+        whose demand changed (or was confirmed)."""
         now = utcnow()
         # A confirmation is good for as long as a fresh job goes unconfirmed.
         stale = timedelta(seconds=config.stale_job_check)
-        jobs = self.store.stale_queued_jobs(
+        jobs = await self.store.run(
+            store_jobs.stale_queued,
             queued_before=now - stale,
             checked_before=now - stale,
-            limit=STALE_CHECKS_PER_PASS,
+            limit=config.tuning.stale_checks_per_pass,
         )
-        jobs += self.store.unfinished_jobs_without_runner(
+        jobs += await self.store.run(
+            store_jobs.unfinished_without_runner,
             started_before=now - stale,
             checked_before=now - stale,
-            limit=STALE_CHECKS_PER_PASS - len(jobs),
+            limit=config.tuning.stale_checks_per_pass - len(jobs),
         )
         slots = asyncio.Semaphore(CONCURRENT_CHECKS)
 
@@ -85,18 +87,22 @@ class JobTracker:
                     GITHUB_ERRORS.labels(type(exc).__name__).inc()
                     self.log_once.warning("jobs:verify", f"cannot ask GitHub about job {job.id}: {exc}")
                     if exc.status == 404:
-                        self.store.job_checked(job.id, status=JobState.COMPLETED, conclusion="not_found")
+                        await self.store.run(
+                            store_jobs.checked, job.id, status=JobState.COMPLETED, conclusion="not_found"
+                        )
                     return None
             state = GITHUB_JOB_STATES.get(status.status, JobState.QUEUED)
-            self.store.job_checked(
+            await self.store.run(
+                store_jobs.checked,
                 job.id,
                 status=state,
                 conclusion=status.conclusion,
                 runner_name=status.runner_name,
                 completed_at=status.completed_at,
             )
-            if state.value == job.status:
-                return None
+            if state is job.status:
+                # A queued job just confirmed counts as demand again: its pool should look.
+                return job.pool if state is JobState.QUEUED else None
             logger.info("job %d is %s on GitHub (corral had it %s)", job.id, status.status, job.status)
             return job.pool
 
@@ -143,7 +149,8 @@ class JobTracker:
 
     async def _poll_queued(self, config: CorralConfig) -> set[str]:
         repositories = {pool.scope.repo: pool.scope for pool in config.pools.values() if pool.scope.repo}
-        for repository in self.store.recent_repositories(since=utcnow() - timedelta(days=1)):
+        recent = await self.store.run(store_jobs.recent_repositories, since=utcnow() - timedelta(days=1))
+        for repository in recent:
             repositories.setdefault(repository, self.scope_for(config, None, repository))
         changed: set[str] = set()
         for repository, scope in sorted(repositories.items()):
@@ -155,22 +162,31 @@ class JobTracker:
             except GitHubError as exc:
                 self.log_once.warning(f"jobs:poll:{repository}", f"cannot list queued jobs of {repository}: {exc}")
                 continue
-            for job in queued:
-                if self.store.job(job.id) is not None:
-                    continue
-                pool = match_pool(job.labels, repository, config.pools, config.default_pool)
-                update = {
-                    "id": job.id,
-                    "repository": repository,
-                    "labels": job.labels,
-                    "status": JobState.QUEUED.value,
-                    "pool": pool,
-                    "run_id": job.run_id,
-                    "queued_at": job.created_at,
-                }
-                if self.store.record_job_event(delivery_id=None, event="poll", action="queued", job=update):
-                    JOBS_RECOVERED.labels("poll").inc()
-                    logger.info("found queued job %d of %s by polling (webhook missed)", job.id, repository)
-                    if pool:
-                        changed.add(pool)
+            known = await self.store.run(store_jobs.known_ids, [job.id for job in queued])
+            found = [job for job in queued if job.id not in known]
+            deliveries = [
+                Delivery(
+                    id=None,
+                    event="poll",
+                    action="queued",
+                    job=JobUpdate(
+                        id=job.id,
+                        repository=repository,
+                        labels=tuple(job.labels),
+                        status=JobState.QUEUED,
+                        pool=match_pool(job.labels, repository, config.pools, config.default_pool),
+                        run_id=job.run_id,
+                        queued_at=job.created_at,
+                    ),
+                )
+                for job in found
+            ]
+            if deliveries:
+                await self.store.run(store_jobs.record, deliveries)
+            for delivery in deliveries:
+                assert delivery.job is not None
+                JOBS_RECOVERED.labels("poll").inc()
+                logger.info("found queued job %d of %s by polling (webhook missed)", delivery.job.id, repository)
+                if delivery.job.pool:
+                    changed.add(delivery.job.pool)
         return changed

@@ -1,27 +1,38 @@
-"""One look at both far ends per pass: every owned server in one listing, every registration per scope."""
+"""One look at both far ends per period, shared by every pool: every owned server in one listing, every
+registration once per scope.
+
+Absence is only evidence about runners that were already in their state when the look began: a runner
+created or moved after the listing started may simply not be in it yet. `Observation.started_at` lets the
+judge tell the two apart, so a shared, slightly old observation never condemns a runner it could not see.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from corral.clock import utcnow
 from corral.cloud.provider import CloudError, CloudProvider, CloudServer
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.github.client import GitHubClient, GitHubError, RegisteredRunner
-from corral.metrics import CLOUD_CALLS, GITHUB_ERRORS
+from corral.metrics import CLOUD_CALLS, GITHUB_ERRORS, OBSERVE_SECONDS
 
 logger = logging.getLogger("corral.engine")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Observation:
-    """What the cloud and GitHub said this pass. `servers` is None when the cloud could not be listed;
-    a scope missing from `registrations` could not be listed either. Absence proves nothing then."""
+    """What the cloud and GitHub said in one look. `servers` is None when the cloud could not be listed; a
+    scope missing from `registrations` could not be listed either. Absence proves nothing then."""
 
+    generation: int
+    started_at: datetime
     servers: dict[str, CloudServer] | None
     registrations: dict[str, dict[str, RegisteredRunner]] = field(default_factory=dict)
 
@@ -33,6 +44,7 @@ class Observation:
 
 
 async def observe(
+    generation: int,
     cloud: CloudProvider,
     github: GitHubClient,
     scope_keys: Iterable[str],
@@ -40,26 +52,95 @@ async def observe(
     log_once: LogOnce,
     executor: Executor | None = None,
 ) -> Observation:
-    try:
-        servers = await asyncio.get_running_loop().run_in_executor(executor, cloud.list_servers)
+    """List both sides at once: the cloud in a worker thread, GitHub's scopes concurrently."""
+    started_at = utcnow()
+
+    async def servers() -> dict[str, CloudServer] | None:
+        try:
+            listed = await asyncio.get_running_loop().run_in_executor(executor, cloud.list_servers)
+        except CloudError as exc:
+            CLOUD_CALLS.labels("list_servers", type(exc).__name__).inc()
+            log_once.warning("cloud:list", f"cannot list servers, judging no runner by the cloud for now: {exc}")
+            return None
         CLOUD_CALLS.labels("list_servers", "ok").inc()
         log_once.clear("cloud:list")
-        by_runner: dict[str, CloudServer] | None = {server.runner_id: server for server in servers}
-    except CloudError as exc:
-        CLOUD_CALLS.labels("list_servers", type(exc).__name__).inc()
-        log_once.warning("cloud:list", f"cannot list servers, judging no runner by the cloud this pass: {exc}")
-        by_runner = None
-    observation = Observation(servers=by_runner)
-    for key in sorted(set(scope_keys)):
+        return {server.runner_id: server for server in listed}
+
+    async def registrations(key: str) -> tuple[str, dict[str, RegisteredRunner] | None]:
         scope = ScopeConfig.from_key(key)
         if github.paused_for(scope) > 0:
-            continue  # at the rate limit: absent from `registrations`, so nothing is judged by its absence
+            return key, None  # at the rate limit: absent, so nothing is judged by its absence
         try:
             runners = await github.list_runners(scope)
         except GitHubError as exc:
             GITHUB_ERRORS.labels(type(exc).__name__).inc()
             log_once.warning(f"github:list:{key}", f"cannot list runners of {key}: {exc}")
-            continue
+            return key, None
         log_once.clear(f"github:list:{key}")
-        observation.registrations[key] = {runner.name: runner for runner in runners}
-    return observation
+        return key, {runner.name: runner for runner in runners}
+
+    listing = asyncio.ensure_future(servers())
+    scopes = await asyncio.gather(*(registrations(key) for key in sorted(set(scope_keys))))
+    listed = await listing
+    by_scope = {key: found for key, found in scopes if found is not None}
+    return Observation(generation=generation, started_at=started_at, servers=listed, registrations=by_scope)
+
+
+class Observer:
+    """Keeps `latest` fresh: one look every `interval`, or sooner when asked; tells listeners after each."""
+
+    def __init__(
+        self,
+        look: Callable[[int], Awaitable[Observation]],
+        on_observed: Callable[[Observation], Awaitable[None]],
+        interval: Callable[[], float],
+    ) -> None:
+        self._look = look
+        self._on_observed = on_observed
+        self._interval = interval
+        self._asked = asyncio.Event()
+        self.latest: Observation | None = None
+        self.generation = 0
+        self._begun = 0
+        self._acted = 0
+        self._done = asyncio.Event()
+
+    def refresh(self) -> None:
+        """Look again as soon as the current look (if any) is done."""
+        self._asked.set()
+
+    async def look_now(self) -> Observation | None:
+        """Ask for a look and wait until one that began after this call has been acted on."""
+        wanted = self._begun + 1
+        self.refresh()
+        while self._acted < wanted:
+            self._done.clear()
+            await self._done.wait()
+        return self.latest
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self._asked.clear()
+            self._begun += 1
+            started = time.perf_counter()
+            try:
+                observation = await self._look(self.generation + 1)
+            except Exception:
+                logger.exception("looking at the cloud and GitHub failed unexpectedly; trying again shortly")
+                observation = None
+            if observation is not None:
+                self.generation = observation.generation
+                self.latest = observation
+                OBSERVE_SECONDS.observe(time.perf_counter() - started)
+                try:
+                    await self._on_observed(observation)
+                except Exception:
+                    logger.exception("acting on an observation failed unexpectedly")
+            self._acted = self._begun
+            self._done.set()
+            waiters = [asyncio.ensure_future(self._asked.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=self._interval(), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()

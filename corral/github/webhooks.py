@@ -16,9 +16,8 @@ import hmac
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from corral.model import JobState
+from corral.model import JobState, JobUpdate
 
 ACTIONS_TO_STATE = {
     "queued": JobState.QUEUED,
@@ -86,21 +85,21 @@ class WorkflowJobEvent:
     started_at: datetime | None
     completed_at: datetime | None
 
-    def as_job_update(self, pool: str | None) -> dict[str, Any]:
+    def as_job_update(self, pool: str | None) -> JobUpdate:
         assert self.status is not None
-        return {
-            "id": self.job_id,
-            "repository": self.repository,
-            "labels": self.labels,
-            "status": self.status.value,
-            "conclusion": self.conclusion,
-            "pool": pool,
-            "run_id": self.run_id,
-            "runner_name": self.runner_name,
-            "queued_at": self.queued_at,
-            "started_at": self.started_at if self.status is not JobState.QUEUED else None,
-            "completed_at": self.completed_at,
-        }
+        return JobUpdate(
+            id=self.job_id,
+            repository=self.repository,
+            labels=tuple(self.labels),
+            status=self.status,
+            pool=pool,
+            conclusion=self.conclusion,
+            run_id=self.run_id,
+            runner_name=self.runner_name,
+            queued_at=self.queued_at,
+            started_at=self.started_at if self.status is not JobState.QUEUED else None,
+            completed_at=self.completed_at,
+        )
 
 
 def _id(value: object, field: str, *, optional: bool = False) -> int | None:

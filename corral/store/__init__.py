@@ -1,9 +1,12 @@
-"""The durable record: runners (with their state history), jobs, webhook deliveries and pool status.
+"""The durable record: runners (with their state history), jobs, webhook deliveries, pool status, API tokens.
 
-SQLite by default, PostgreSQL for several replicas; the schema is owned by Alembic migrations.
+SQLite by default, PostgreSQL for several replicas; the schema is owned by Alembic migrations. Queries are
+functions of a connection grouped by subject (`runners`, `jobs`, `pools`, `tokens`, `retention`); `Store.run`
+runs one as a transaction off the event loop, `Store.run_blocking` in the calling thread.
 """
 
-from corral.store.schema import Base, Delivery, Job, PoolStatus, Runner, RunnerEvent
-from corral.store.store import StaleRunner, Store
+from corral.store import jobs, pools, retention, runners, tokens
+from corral.store.database import BlockingCallOnEventLoop, Store
+from corral.store.intake import Intake
 
-__all__ = ["Base", "Delivery", "Job", "PoolStatus", "Runner", "RunnerEvent", "StaleRunner", "Store"]
+__all__ = ["BlockingCallOnEventLoop", "Intake", "Store", "jobs", "pools", "retention", "runners", "tokens"]

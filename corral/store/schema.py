@@ -7,9 +7,9 @@ store reads and writes them with SQLAlchemy Core and hands out the frozen types 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, Integer, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -115,6 +115,10 @@ class Job(Base):
     how many more it gets at once (each is a possible duplicate), after which it waits with backoff."""
     diverted_at: Mapped[datetime | None]
     """When the last of those runners took another job."""
+    maybe_taken_at: Mapped[datetime | None]
+    """When a runner started for this job last took another job, or one corral could not name, while this one
+    has probably gone to another of the pool's runners: until a webhook says so, or `tuning.busy_covers_job`
+    passes, the job gets no other runner."""
     checked_at: Mapped[datetime | None]
     """When GitHub was last asked whether this job is still queued."""
 
@@ -158,3 +162,12 @@ class ApiToken(Base):
     created_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+
+
+RUNNERS = cast(Table, Runner.__table__)
+RUNNER_EVENTS = cast(Table, RunnerEvent.__table__)
+JOBS = cast(Table, Job.__table__)
+DELIVERIES = cast(Table, Delivery.__table__)
+POOL_STATUS = cast(Table, PoolStatus.__table__)
+API_TOKENS = cast(Table, ApiToken.__table__)
+"""The tables themselves, for the Core queries of `corral.store`."""

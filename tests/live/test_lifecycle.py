@@ -60,7 +60,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         started = time.monotonic()
 
         def warm() -> set[str] | None:
-            corral.reconcile(timeout=120)
+            corral.settle(timeout=120)
             active = {s.id for s in owned_servers(live, installation) if s.status == "ACTIVE"}
             return active if len(active) >= 2 else None
 
@@ -68,7 +68,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         assert len(first) <= 3, "never more than max_runners"
 
         def timed_out_and_replaced() -> bool | None:
-            corral.reconcile(timeout=120)
+            corral.settle(timeout=120)
             now = {s.id for s in owned_servers(live, installation)}
             return (bool(now) and not (first & now)) or None
 
@@ -86,7 +86,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         assert corral.reload(document) == []
 
         def nothing_left() -> bool | None:
-            corral.reconcile(timeout=120)
+            corral.settle(timeout=120)
             servers = owned_servers(live, installation)
             registrations = control.get("/stats").json()["github"]["runners"]["registered"]
             return (not servers and registrations == 0) or None
@@ -95,7 +95,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         del document["pools"]["live"]
         document["pools"]["spare"] = pool_spec(["spare"], image=live.image, flavor=live.flavor, networks=[live.network])
         assert corral.reload(document) == []
-        corral.reconcile(timeout=120)
+        corral.settle(timeout=120)
         assert owned_servers(live, installation) == []
         print(f"engine on the live cloud: warm servers replaced by the bootstrap-timeout path in {live_seconds:.0f}s")
     finally:

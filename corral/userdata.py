@@ -12,9 +12,6 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-DEFAULT_RUNNER_DOWNLOAD_URL = (
-    "https://github.com/actions/runner/releases/download/v2.329.0/actions-runner-linux-x64-2.329.0.tar.gz"
-)
 NOVA_USER_DATA_LIMIT = 65_535
 """Nova refuses user data whose base64 form is longer than this; checked here so the error names the template."""
 PLACEHOLDERS = ("jit_config", "runner_name", "pool", "labels", "runner_download_url")
@@ -28,7 +25,7 @@ class UserDataError(ValueError):
 
 
 def default_template() -> str:
-    return resources.files("corral.cloud").joinpath("templates/runner.sh").read_text()
+    return resources.files("corral").joinpath("templates/runner.sh").read_text()
 
 
 def base64_length(size: int) -> int:
@@ -58,7 +55,7 @@ def render_user_data(
     runner_name: str,
     pool: str,
     labels: list[str],
-    runner_download_url: str = DEFAULT_RUNNER_DOWNLOAD_URL,
+    runner_download_url: str,
 ) -> str:
     try:
         text = template.substitute(

@@ -1,0 +1,108 @@
+"""Whether the cloud can serve each pool: its image, flavor, networks... exist, and Nova accepts its request.
+
+A check the cloud could not answer (a 5xx, a refused token, a dropped connection) is retried with backoff
+and says nothing about the pool; only a definite answer (no such image) or a create Nova refused as made
+keeps a pool not ready, and even those are looked at again now and then, so fixing the cloud needs no reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from corral.cloud.provider import CloudError, CloudProvider, ServerSpec
+from corral.engine.backoff import Backoff, LogOnce
+
+logger = logging.getLogger("corral.engine")
+
+CHECK_BACKOFF_BASE_S = 1.0
+CHECK_BACKOFF_CAP_S = 300.0
+
+
+@dataclass
+class PoolCheck:
+    """What the last look at the cloud said of a pool: `problems` is None until a check got an answer."""
+
+    backoff: Backoff
+    problems: list[str] | None = None
+    error: str | None = None
+    due: float = 0.0
+
+
+class PoolChecker:
+    """Checks pools against the cloud, keeps what it found, and says whether each pool is fit to serve."""
+
+    def __init__(
+        self,
+        cloud: CloudProvider,
+        executor: Executor,
+        log_once: LogOnce,
+        clock: Callable[[], float],
+        recheck_s: Callable[[], float],
+    ) -> None:
+        """`recheck_s`: how long until a pool with a definite problem is looked at again (configurable)."""
+        self._recheck_s = recheck_s
+        self._cloud = cloud
+        self._executor = executor
+        self._log_once = log_once
+        self._clock = clock
+        self._checks: dict[str, PoolCheck] = {}
+
+    def forget(self) -> None:
+        """A new configuration: every pool is checked afresh."""
+        self._checks.clear()
+
+    def _check_of(self, pool: str) -> PoolCheck:
+        check = self._checks.get(pool)
+        if check is None:
+            backoff = Backoff(base_s=CHECK_BACKOFF_BASE_S, cap_s=CHECK_BACKOFF_CAP_S, clock=self._clock)
+            check = self._checks[pool] = PoolCheck(backoff=backoff)
+        return check
+
+    def due(self, pools: list[str]) -> list[str]:
+        now = self._clock()
+        return [pool for pool in pools if self._check_of(pool).due <= now]
+
+    async def check(self, pool: str, spec: ServerSpec) -> None:
+        check = self._check_of(pool)
+        try:
+            problems = await asyncio.get_running_loop().run_in_executor(self._executor, self._cloud.check_pool, spec)
+        except CloudError as exc:
+            wait = check.backoff.failed()
+            check.error, check.due = str(exc), self._clock() + wait
+            self._log_once.warning(
+                f"check:{pool}", f"pool {pool}: cannot check it against the cloud, retrying in {wait:.0f}s: {exc}"
+            )
+            return
+        check.backoff.succeeded()
+        check.error = None
+        check.due = self._clock() + self._recheck_s() if problems else float("inf")
+        if problems and problems != check.problems:
+            logger.warning("pool %s is not ready: %s", pool, "; ".join(problems))
+        elif not problems and check.problems:
+            logger.info("pool %s: the cloud can serve it again", pool)
+        check.problems = problems
+
+    def refused(self, pool: str, message: str) -> None:
+        """Nova refused a create as made (a 400): the pool's request is wrong, not the moment. Retrying would
+        fail the same way, so the pool is not ready until a check (or a reload) finds it fixed."""
+        check = self._check_of(pool)
+        problem = f"the cloud refuses this pool's servers: {message}"
+        if check.problems != [problem]:
+            logger.warning("pool %s is not ready: %s", pool, problem)
+        check.problems = [problem]
+        check.due = self._clock() + self._recheck_s()
+
+    def readiness(self, pool: str) -> tuple[bool, str | None]:
+        check = self._checks.get(pool)
+        if check is None or check.problems is None:
+            if check is not None and check.error is not None:
+                wait = max(check.due - self._clock(), 0.0)
+                return False, f"cannot check the pool against the cloud (retrying in {wait:.0f}s): {check.error}"
+            return False, "not checked against the cloud yet"
+        if check.problems:
+            return False, "; ".join(check.problems)
+        return True, None

@@ -1,0 +1,102 @@
+"""Removing what runners leave behind: servers (with their volumes) and GitHub registrations.
+
+A runner in `deleting` has its server and registration deleted, then stays `deleting` until a look at both
+sides shows them gone (Nova deletes asynchronously; a delete that was accepted is not yet a server that is
+gone). Deletes are tried again once per new look while the runner is still `deleting`, so a cloud that
+refuses for an hour is asked once a period, not in a storm. A runner retired while it could still take a
+job (idle, or of a removed pool) loses its registration first, so GitHub cannot hand it a job meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import Executor
+
+from corral.cloud.provider import CloudError, CloudProvider, CloudServer
+from corral.config import ScopeConfig
+from corral.engine.backoff import LogOnce
+from corral.engine.observe import Observation
+from corral.engine.transitions import Mover
+from corral.github.client import GitHubClient, GitHubError
+from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS
+from corral.model import Reason, Runner, RunnerState
+
+logger = logging.getLogger("corral.engine")
+
+FORGET_ATTEMPTS_OVER = 10_000
+"""Runners whose last delete attempt is remembered, at most (older ones are simply tried again)."""
+
+
+class Cleaner:
+    def __init__(
+        self, mover: Mover, cloud: CloudProvider, github: GitHubClient, executor: Executor, log_once: LogOnce
+    ) -> None:
+        self._mover = mover
+        self._cloud = cloud
+        self._github = github
+        self._executor = executor
+        self._log_once = log_once
+        self._attempted: dict[str, int] = {}
+
+    def due(self, runner: Runner, observation: Observation | None) -> bool:
+        """Whether a `deleting` runner should be tried (again): once per look at the far ends."""
+        generation = observation.generation if observation is not None else 0
+        return self._attempted.get(runner.id, -1) < generation
+
+    async def delete(self, runner: Runner, observation: Observation | None) -> None:
+        """Delete the runner's server and registration, whichever may still exist."""
+        self._attempted[runner.id] = observation.generation if observation is not None else 0
+        while len(self._attempted) > FORGET_ATTEMPTS_OVER:
+            del self._attempted[next(iter(self._attempted))]
+        listed = observation.server_for(runner.id) if observation is not None else None
+        for server_id in {runner.server_id, listed.id if listed else None} - {None}:
+            assert server_id is not None
+            await self.delete_server(server_id)
+        registration = observation.registration_for(runner.scope, runner.name) if observation is not None else None
+        # By name too: a crash between the JIT config and recording its id leaves a registration corral
+        # knows only by the name it gave it.
+        for registration_id in {runner.github_runner_id, registration.id if registration else None} - {None}:
+            assert registration_id is not None
+            await self.delete_registration(runner, registration_id)
+
+    async def retire(self, runner: Runner, reason: Reason, message: str | None = None) -> bool:
+        """Remove a runner nobody needs: registration first, then the server. False if it took a job after
+        all (GitHub refuses to delete a busy runner's registration), or GitHub could not be asked."""
+        if runner.github_runner_id is not None and not await self.delete_registration(runner, runner.github_runner_id):
+            return False
+        deleting = await self._mover.move(runner, RunnerState.DELETING, reason, message)
+        if deleting is None:
+            return False
+        if deleting.server_id is not None:
+            await self.delete_server(deleting.server_id)
+        return True
+
+    async def delete_server(self, server_id: str) -> bool:
+        started = time.perf_counter()
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._cloud.delete_server, server_id)
+        except CloudError as exc:
+            CLOUD_CALLS.labels("delete_server", type(exc).__name__).inc()
+            self._log_once.warning(
+                "cloud:delete_server", f"delete server {server_id} failed, trying again later: {exc}"
+            )
+            return False
+        finally:
+            CLOUD_CALL_SECONDS.labels("delete_server").observe(time.perf_counter() - started)
+        CLOUD_CALLS.labels("delete_server", "ok").inc()
+        return True
+
+    async def delete_registration(self, runner: Runner, registration_id: int) -> bool:
+        """True when the registration is gone (or already was); False while it runs a job or GitHub fails."""
+        try:
+            return await self._github.delete_runner(ScopeConfig.from_key(runner.scope), registration_id)
+        except GitHubError as exc:
+            GITHUB_ERRORS.labels(type(exc).__name__).inc()
+            self._log_once.warning("github:delete", f"GitHub: delete runner {runner.name} failed: {exc}")
+            return False
+
+    async def delete_orphan(self, server: CloudServer) -> None:
+        logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)
+        await self.delete_server(server.id)

@@ -1,0 +1,220 @@
+"""Turning a `pending` runner into a server: a JIT config from GitHub, user data, a create request to the cloud.
+
+Every way this can go wrong ends the same way: the runner moves to `failed` with a reason code and the far
+end's own words, the failure is counted by pool and reason, and the pool backs off before creating again.
+A refusal Nova will repeat (a 400 for the request as made) also marks the pool not ready, with Nova's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from string import Template
+
+from corral.clock import utcnow
+from corral.cloud.provider import (
+    META_INSTALLATION,
+    META_POOL,
+    META_RUNNER,
+    CloudError,
+    CloudProvider,
+    CloudQuotaExceeded,
+    CloudRequestRejected,
+    CloudServer,
+    ServerSpec,
+)
+from corral.config import CorralConfig
+from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.checks import PoolChecker
+from corral.engine.transitions import Mover
+from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
+from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, QUEUED_TO_CREATE_SECONDS
+from corral.model import Reason, Runner, RunnerState
+from corral.userdata import UserDataError, render_user_data
+
+logger = logging.getLogger("corral.engine")
+
+
+@dataclass(frozen=True)
+class Failure:
+    reason: Reason
+    message: str
+    wait_at_least_s: float = 0.0
+
+
+def server_spec(config: CorralConfig, pool_name: str, runner: Runner | None, user_data: str = "") -> ServerSpec:
+    """The server a pool's runner gets (`runner` None: a stand-in, for checking the pool)."""
+    pool = config.pools[pool_name]
+    metadata = {
+        **pool.metadata,
+        META_INSTALLATION: config.installation,
+        META_POOL: pool_name,
+        META_RUNNER: runner.id if runner else "check",
+    }
+    return ServerSpec(
+        name=runner.name if runner else "check",
+        image=pool.image,
+        flavor=pool.flavor,
+        networks=tuple(pool.networks),
+        security_groups=tuple(pool.security_groups),
+        key_name=pool.key_name,
+        availability_zone=pool.availability_zone,
+        config_drive=pool.config_drive,
+        boot_volume_gb=pool.boot_volume_gb,
+        boot_volume_type=pool.boot_volume_type,
+        volumes=tuple(config.volumes_for(pool_name)),
+        metadata=metadata,
+        user_data=user_data,
+    )
+
+
+class Creator:
+    """Creates runners' servers, at most `max_concurrent_creates` at a time, with a backoff per pool."""
+
+    def __init__(
+        self,
+        mover: Mover,
+        cloud: CloudProvider,
+        github: GitHubClient,
+        checker: PoolChecker,
+        log_once: LogOnce,
+        clock: Callable[[], float],
+        *,
+        max_concurrent_creates: int,
+        jit_concurrency: int,
+    ) -> None:
+        self._mover = mover
+        self._cloud = cloud
+        self._github = github
+        self._checker = checker
+        self._log_once = log_once
+        self._clock = clock
+        self._threads = ThreadPoolExecutor(max_concurrent_creates, "corral-create")
+        self._cloud_slots = asyncio.Semaphore(max_concurrent_creates)
+        self._jit_slots = asyncio.Semaphore(jit_concurrency)
+        self.backoffs: dict[str, Backoff] = {}
+
+    def backoff(self, pool: str) -> Backoff:
+        backoff = self.backoffs.get(pool)
+        if backoff is None:
+            backoff = self.backoffs[pool] = Backoff(clock=self._clock)
+        return backoff
+
+    def came_online(self, pool: str) -> None:
+        """A runner of the pool came online: the whole way from intent to runner works, so any backoff ends.
+        (A create the cloud accepted is not enough: a server that then goes to ERROR is a failure too.)"""
+        backoff = self.backoffs.get(pool)
+        if backoff is not None and backoff.failures:
+            backoff.succeeded()
+            logger.info("pool %s: a runner came online; creating at full speed again", pool)
+
+    def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
+        """A server the cloud accepted never became a runner (ERROR, vanished, timed out): back the pool off."""
+        wait = self.backoff(runner.pool).failed()
+        self._log_once.warning(
+            f"create:{runner.pool}:{reason.value}",
+            f"pool {runner.pool}: runner {runner.name} failed ({reason.value}), creating again in {wait:.0f}s: "
+            f"{message or ''}",
+        )
+
+    def paused_s(self, pool: str) -> float:
+        backoff = self.backoffs.get(pool)
+        return backoff.remaining_s if backoff is not None else 0.0
+
+    async def create(
+        self, runner: Runner, config: CorralConfig, template: Template, job_received_at: datetime | None
+    ) -> None:
+        """Carry one pending runner to `booting`, or to `failed` with the reason.
+
+        `job_received_at` is when corral heard of the job the runner is for: the create request's delay
+        from it is the latency a user waits on.
+        """
+        pool = config.pools[runner.pool]
+        try:
+            async with self._jit_slots:
+                jit = await self._github.generate_jit_config(
+                    pool.scope, runner.name, list(pool.labels), pool.runner_group
+                )
+        except GitHubError as exc:
+            GITHUB_ERRORS.labels(type(exc).__name__).inc()
+            reason = Reason.GITHUB_RATE_LIMITED if isinstance(exc, GitHubRateLimited) else Reason.GITHUB_REFUSED
+            wait = exc.retry_after if isinstance(exc, GitHubRateLimited) else 0.0
+            await self.fail(runner, Failure(reason, f"GitHub refused a JIT config: {exc}", wait))
+            return
+        creating = await self._mover.move(
+            runner, RunnerState.CREATING, Reason.CREATE_REQUESTED, github_runner_id=jit.runner_id
+        )
+        if creating is None:
+            return
+        if job_received_at is not None:
+            waited = (utcnow() - job_received_at).total_seconds()
+            QUEUED_TO_CREATE_SECONDS.labels(runner.pool).observe(max(waited, 0.0))
+        try:
+            user_data = render_user_data(
+                template,
+                jit_config=jit.encoded,
+                runner_name=runner.name,
+                pool=runner.pool,
+                labels=list(pool.labels),
+                runner_download_url=config.runner_download_url,
+            )
+        except UserDataError as exc:
+            await self.fail(creating, Failure(Reason.USER_DATA_INVALID, str(exc)))
+            return
+        spec = server_spec(config, runner.pool, creating, user_data)
+        try:
+            server = await self._create_server(spec)
+        except CloudError as exc:
+            await self.fail(creating, self._cloud_failure(runner.pool, exc, config))
+            return
+        await self._mover.move(creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id)
+
+    def _cloud_failure(self, pool: str, exc: CloudError, config: CorralConfig) -> Failure:
+        if isinstance(exc, CloudQuotaExceeded):
+            return Failure(Reason.CLOUD_QUOTA, f"quota exceeded: {exc}", config.cloud.quota_retry)
+        if isinstance(exc, CloudRequestRejected):
+            self._checker.refused(pool, str(exc))
+            return Failure(Reason.CLOUD_REJECTED, f"the cloud refused the server: {exc}")
+        return Failure(Reason.CLOUD_UNAVAILABLE, f"create failed: {exc}")
+
+    async def _create_server(self, spec: ServerSpec) -> CloudServer:
+        started = time.perf_counter()
+        async with self._cloud_slots:
+            try:
+                server = await asyncio.get_running_loop().run_in_executor(
+                    self._threads, self._cloud.create_server, spec
+                )
+            except CloudError as exc:
+                CLOUD_CALLS.labels("create_server", type(exc).__name__).inc()
+                raise
+            finally:
+                CLOUD_CALL_SECONDS.labels("create_server").observe(time.perf_counter() - started)
+        CLOUD_CALLS.labels("create_server", "ok").inc()
+        return server
+
+    async def fail(self, runner: Runner, failure: Failure) -> None:
+        """Record the failure on the runner (from wherever it got to) and back its pool off."""
+        wait = self.backoff(runner.pool).failed(at_least_s=failure.wait_at_least_s)
+        self._log_once.warning(
+            f"create:{runner.pool}:{failure.reason.value}",
+            f"pool {runner.pool}: runner {runner.name} failed ({failure.reason.value}), "
+            f"creating again in {wait:.0f}s: {failure.message}",
+        )
+        await self._mover.fail(runner, failure.reason, failure.message)
+
+    def on_error(self, runner: Runner) -> Callable[[BaseException], Awaitable[None]]:
+        """What the supervisor does with an exception a create did not expect: the runner fails with it,
+        named, and the pool backs off."""
+
+        async def record(exc: BaseException) -> None:
+            await self.fail(runner, Failure(Reason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+
+        return record
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,63 @@
+"""What each pool looks like after its last pass: for the API, the dashboard, the gauges and the status table.
+
+Each pass leaves a snapshot in memory (the API reads it without touching the database) and writes the
+pool's status row only when what it says changed, so a quiet system writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from corral.metrics import RUNNERS
+from corral.model import RunnerState
+from corral.store import Store, pools
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """One pool at the end of its last pass."""
+
+    name: str
+    states: Counter[RunnerState] = field(default_factory=Counter)
+    queued_jobs: int = 0
+    held_jobs: int = 0
+    desired: int = 0
+    ready: bool = False
+    reason: str | None = None
+    removed: bool = False
+
+
+class StatusPublisher:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.snapshots: dict[str, PoolSnapshot] = {}
+        self._published: dict[str, tuple[int, bool, str | None, bool]] = {}
+
+    async def publish(self, snapshot: PoolSnapshot, generation: int) -> None:
+        self.snapshots[snapshot.name] = snapshot
+        for state in RunnerState:
+            if state is not RunnerState.DELETED:
+                RUNNERS.labels(snapshot.name, state.value).set(snapshot.states[state])
+        row = (generation, snapshot.ready, snapshot.reason, snapshot.removed)
+        if self._published.get(snapshot.name) == row:
+            return
+        await self._store.run(
+            pools.publish,
+            snapshot.name,
+            generation=generation,
+            ready=snapshot.ready,
+            reason=snapshot.reason,
+            removed=snapshot.removed,
+        )
+        self._published[snapshot.name] = row
+
+    async def forget(self, name: str) -> None:
+        """A removed pool with nothing left: no row, no gauges, no snapshot."""
+        self.snapshots.pop(name, None)
+        self._published.pop(name, None)
+        for state in RunnerState:
+            with contextlib.suppress(KeyError):
+                RUNNERS.remove(name, state.value)
+        await self._store.run(pools.forget, name)

@@ -1,0 +1,93 @@
+"""Actions beside the passes (creates, deletes, job upkeep), tracked so that nothing they raise is lost.
+
+A pass decides; actions carry decisions out against slow far ends, and must not hold the pass up. Each
+action runs as a task the supervisor owns, keyed (by runner id, say) so that one runner never has two
+actions at once and a pass can tell a runner with an action under way from one that needs a new one. An
+exception an action did not handle is logged with its traceback, counted in `corral_action_errors_total`
+by kind, and handed to the action's `on_error`, which records it where an operator looks (on the runner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from enum import StrEnum
+from typing import Any
+
+from corral.metrics import ACTION_ERRORS
+
+logger = logging.getLogger("corral.engine")
+
+
+class ActionKind(StrEnum):
+    CREATE = "create"
+    DELETE = "delete"
+    RETIRE = "retire"
+    ORPHAN = "orphan"
+    JOB_UPKEEP = "job_upkeep"
+    POOL_CHECK = "pool_check"
+    OBSERVE = "observe"
+    PRUNE = "prune"
+
+
+ErrorHandler = Callable[[BaseException], Awaitable[None]]
+
+
+class Supervisor:
+    """Owns every action task; `drain` waits for them all."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def busy(self, key: str) -> bool:
+        """Whether an action keyed `key` is under way."""
+        return key in self._tasks
+
+    def start(
+        self,
+        kind: ActionKind,
+        key: str,
+        action: Coroutine[Any, Any, object],
+        on_error: ErrorHandler | None = None,
+    ) -> bool:
+        """Run `action` unless one keyed `key` is under way; True if it was started."""
+        if key in self._tasks:
+            action.close()
+            return False
+        task = asyncio.get_running_loop().create_task(self._supervise(kind, key, action, on_error), name=key)
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        return True
+
+    async def _supervise(
+        self, kind: ActionKind, key: str, action: Coroutine[Any, Any, object], on_error: ErrorHandler | None
+    ) -> None:
+        try:
+            await action
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            ACTION_ERRORS.labels(kind.value).inc()
+            logger.exception("%s action %s failed unexpectedly", kind.value, key)
+            if on_error is not None:
+                try:
+                    await on_error(exc)
+                except Exception:
+                    ACTION_ERRORS.labels(kind.value).inc()
+                    logger.exception("recording the failure of %s action %s failed too", kind.value, key)
+
+    @property
+    def count(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self) -> None:
+        """Wait for every action under way, including ones they start."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def cancel(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,279 @@
+"""Job and delivery queries: webhook intake in groups, demand, and what to ask GitHub about.
+
+Intake records many deliveries in one transaction (group commit): each delivery is recorded once (GitHub's
+retries and redeliveries reuse its id), and a job never moves backwards (`completed` that arrives before
+`queued` stays completed), whatever order the deliveries of one group arrive in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from corral.clock import utcnow
+from corral.model import Delivery, DeliveryOutcome, IntakeResult, Job, JobState, JobUpdate, QueuedJob, RunnerState
+from corral.store.schema import DELIVERIES, JOBS, RUNNERS
+
+COLUMNS = (
+    JOBS.c.id,
+    JOBS.c.repository,
+    JOBS.c.labels,
+    JOBS.c.status,
+    JOBS.c.pool,
+    JOBS.c.received_at,
+    JOBS.c.conclusion,
+    JOBS.c.run_id,
+    JOBS.c.runner_name,
+    JOBS.c.queued_at,
+    JOBS.c.started_at,
+    JOBS.c.completed_at,
+    JOBS.c.runners_started,
+    JOBS.c.runners_diverted,
+    JOBS.c.diverted_at,
+    JOBS.c.checked_at,
+)
+IN_CLAUSE_CHUNK = 500
+
+
+def to_job(row: Any) -> Job:
+    return Job(
+        id=row[0],
+        repository=row[1],
+        labels=tuple(row[2] or ()),
+        status=JobState(row[3]),
+        pool=row[4],
+        received_at=row[5],
+        conclusion=row[6],
+        run_id=row[7],
+        runner_name=row[8],
+        queued_at=row[9],
+        started_at=row[10],
+        completed_at=row[11],
+        runners_started=row[12] or 0,
+        runners_diverted=row[13] or 0,
+        diverted_at=row[14],
+        checked_at=row[15],
+    )
+
+
+def _rank(status: Any) -> Any:
+    return case(
+        (status == JobState.QUEUED.value, JobState.QUEUED.rank),
+        (status == JobState.IN_PROGRESS.value, JobState.IN_PROGRESS.rank),
+        else_=JobState.COMPLETED.rank,
+    )
+
+
+def _merge(old: JobUpdate, new: JobUpdate) -> JobUpdate:
+    """Two updates of one job in one group, as one: the later wins unless it would move the job backwards."""
+    if new.status.rank < old.status.rank:
+        new, old = old, new
+    return replace(
+        new,
+        conclusion=new.conclusion if new.conclusion is not None else old.conclusion,
+        run_id=new.run_id or old.run_id,
+        runner_name=new.runner_name or old.runner_name,
+        queued_at=new.queued_at or old.queued_at,
+        started_at=new.started_at or old.started_at,
+        completed_at=new.completed_at or old.completed_at,
+        pool=new.pool if new.pool is not None else old.pool,
+    )
+
+
+def _upsert(connection: Connection, updates: Sequence[JobUpdate], now: datetime) -> None:
+    """Insert new jobs and move known ones forward, never backwards, in one statement per job."""
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(JOBS)
+    excluded = statement.excluded
+    keep_if_null = ("conclusion", "run_id", "runner_name", "queued_at", "started_at", "completed_at", "pool")
+    statement = statement.on_conflict_do_update(
+        index_elements=[JOBS.c.id],
+        set_={
+            "status": excluded.status,
+            "labels": excluded.labels,
+            "repository": excluded.repository,
+            **{key: func.coalesce(excluded[key], JOBS.c[key]) for key in keep_if_null},
+        },
+        where=_rank(excluded.status) >= _rank(JOBS.c.status),
+    )
+    connection.execute(
+        statement,
+        [
+            {
+                "id": job.id,
+                "repository": job.repository,
+                "labels": list(job.labels),
+                "status": job.status.value,
+                "conclusion": job.conclusion,
+                "pool": job.pool,
+                "run_id": job.run_id,
+                "runner_name": job.runner_name,
+                "queued_at": job.queued_at,
+                "started_at": job.started_at if job.status is not JobState.QUEUED else None,
+                "completed_at": job.completed_at,
+                "received_at": now,
+                "runners_started": 0,
+                "runners_diverted": 0,
+            }
+            for job in updates
+        ],
+    )
+
+
+def record(connection: Connection, deliveries: Sequence[Delivery]) -> IntakeResult:
+    """Record a group of deliveries and the job updates they carry; say which were new and whom to wake.
+
+    The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
+    pool (a runner of one pool may take a job matched to another).
+    """
+    now = utcnow()
+    ids = [d.id for d in deliveries if d.id is not None]
+    known: set[str] = set()
+    for start in range(0, len(ids), IN_CLAUSE_CHUNK):
+        chunk = ids[start : start + IN_CLAUSE_CHUNK]
+        known.update(connection.execute(select(DELIVERIES.c.id).where(DELIVERIES.c.id.in_(chunk))).scalars())
+    outcomes: list[DeliveryOutcome] = []
+    fresh: list[Delivery] = []
+    for delivery in deliveries:
+        if delivery.id is not None and delivery.id in known:
+            outcomes.append(DeliveryOutcome.DUPLICATE)
+            continue
+        if delivery.id is not None:
+            known.add(delivery.id)
+        outcomes.append(DeliveryOutcome.RECORDED)
+        fresh.append(delivery)
+    rows = [{"id": d.id, "event": d.event, "action": d.action, "received_at": now} for d in fresh if d.id is not None]
+    if rows:
+        connection.execute(insert(DELIVERIES), rows)
+    merged: dict[int, JobUpdate] = {}
+    for delivery in fresh:
+        if delivery.job is not None:
+            job = delivery.job
+            merged[job.id] = _merge(merged[job.id], job) if job.id in merged else job
+    pools = {job.pool for job in merged.values() if job.pool is not None}
+    if merged:
+        _upsert(connection, list(merged.values()), now)
+        names = [job.runner_name for job in merged.values() if job.runner_name]
+        for start in range(0, len(names), IN_CLAUSE_CHUNK):
+            chunk = names[start : start + IN_CLAUSE_CHUNK]
+            pools.update(connection.execute(select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(chunk))).scalars())
+    return IntakeResult(outcomes=tuple(outcomes), pools=frozenset(pools))
+
+
+def queued_of_pool(connection: Connection, pool: str) -> list[QueuedJob]:
+    """Queued jobs of a pool, oldest first, as plain rows: this runs for every wake of the pool."""
+    query = (
+        select(
+            JOBS.c.id,
+            JOBS.c.received_at,
+            JOBS.c.checked_at,
+            JOBS.c.runners_diverted,
+            JOBS.c.diverted_at,
+            JOBS.c.maybe_taken_at,
+        )
+        .where(JOBS.c.status == JobState.QUEUED.value, JOBS.c.pool == pool)
+        .order_by(JOBS.c.queued_at, JOBS.c.id)
+    )
+    return [QueuedJob(row[0], row[1], row[2], row[3] or 0, row[4], row[5]) for row in connection.execute(query)]
+
+
+def get(connection: Connection, job_id: int) -> Job | None:
+    row = connection.execute(select(*COLUMNS).where(JOBS.c.id == job_id)).first()
+    return to_job(row) if row else None
+
+
+def known_ids(connection: Connection, ids: Iterable[int]) -> set[int]:
+    wanted = list(ids)
+    found: set[int] = set()
+    for start in range(0, len(wanted), IN_CLAUSE_CHUNK):
+        chunk = wanted[start : start + IN_CLAUSE_CHUNK]
+        found.update(connection.execute(select(JOBS.c.id).where(JOBS.c.id.in_(chunk))).scalars())
+    return found
+
+
+def listing(
+    connection: Connection, *, status: JobState | None = None, pool: str | None = None, limit: int = 1000
+) -> list[Job]:
+    query = select(*COLUMNS).order_by(JOBS.c.received_at.desc(), JOBS.c.id.desc()).limit(limit)
+    if status is not None:
+        query = query.where(JOBS.c.status == status.value)
+    if pool is not None:
+        query = query.where(JOBS.c.pool == pool)
+    return [to_job(row) for row in connection.execute(query)]
+
+
+def stale_queued(connection: Connection, *, queued_before: datetime, checked_before: datetime, limit: int) -> list[Job]:
+    """Queued jobs worth asking GitHub about: old ones not asked recently, and ones whose runner took a job
+    corral could not name since they were last asked (they may be running already)."""
+    unasked = JOBS.c.checked_at.is_(None)
+    old = (JOBS.c.received_at < queued_before) & (unasked | (JOBS.c.checked_at < checked_before))
+    uncertain = JOBS.c.maybe_taken_at.is_not(None) & (unasked | (JOBS.c.checked_at < JOBS.c.maybe_taken_at))
+    query = (
+        select(*COLUMNS)
+        .where(JOBS.c.status == JobState.QUEUED.value, old | uncertain)
+        .order_by(JOBS.c.maybe_taken_at.desc().nulls_last(), JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
+        .limit(limit)
+    )
+    return [to_job(row) for row in connection.execute(query)]
+
+
+def unfinished_without_runner(
+    connection: Connection, *, started_before: datetime, checked_before: datetime, limit: int
+) -> list[Job]:
+    """Jobs of corral's pools still `in_progress` whose runner is no longer live, not asked recently.
+
+    Their `completed` webhook may have been lost: only GitHub can say, and until asked they would count as
+    running on the API and dashboard for ever.
+    """
+    if limit <= 0:
+        return []
+    live = [RunnerState.BOOTING.value, RunnerState.IDLE.value, RunnerState.BUSY.value]
+    running = select(RUNNERS.c.id).where(RUNNERS.c.name == JOBS.c.runner_name, RUNNERS.c.state.in_(live)).exists()
+    query = (
+        select(*COLUMNS)
+        .where(
+            JOBS.c.status == JobState.IN_PROGRESS.value,
+            JOBS.c.pool.is_not(None),
+            JOBS.c.received_at < started_before,
+            JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < checked_before),
+            ~running,
+        )
+        .order_by(JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
+        .limit(limit)
+    )
+    return [to_job(row) for row in connection.execute(query)]
+
+
+def checked(
+    connection: Connection,
+    job_id: int,
+    *,
+    status: JobState,
+    conclusion: str | None,
+    runner_name: str | None = None,
+    completed_at: datetime | None = None,
+) -> None:
+    """Record what GitHub said of a job when asked directly; it never moves backwards either."""
+    connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(checked_at=utcnow()))
+    forward: dict[str, Any] = {"status": status.value, "conclusion": conclusion}
+    if runner_name:
+        forward["runner_name"] = runner_name
+    if completed_at is not None:
+        forward["completed_at"] = completed_at
+    connection.execute(update(JOBS).where(JOBS.c.id == job_id, _rank(JOBS.c.status) < status.rank).values(**forward))
+
+
+def recent_repositories(connection: Connection, *, since: datetime) -> list[str]:
+    query = select(JOBS.c.repository).where(JOBS.c.received_at >= since).distinct()
+    return list(connection.execute(query).scalars())
+
+
+def counts(connection: Connection) -> dict[str, int]:
+    """Jobs known to corral by status, counted by the database rather than by listing them."""
+    query = select(JOBS.c.status, func.count()).group_by(JOBS.c.status)
+    return {status: count for status, count in connection.execute(query)}

@@ -1,0 +1,343 @@
+"""Runner queries: intent written before acting, guarded transitions, and the reads the engine and API make.
+
+Each function takes the connection of one transaction (see `Database.run`). A transition is one guarded
+`UPDATE ... RETURNING` (it only applies if the runner is still in the state it was read in, so two workers
+or two replicas can never both move one runner) and its event, in the same transaction; a group of
+transitions shares one transaction.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from corral.clock import utcnow
+from corral.model import LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
+from corral.store.schema import JOBS, RUNNERS
+from corral.store.schema import RUNNER_EVENTS as EVENTS
+
+COLUMNS = (
+    RUNNERS.c.id,
+    RUNNERS.c.pool,
+    RUNNERS.c.scope,
+    RUNNERS.c.state,
+    RUNNERS.c.name,
+    RUNNERS.c.labels,
+    RUNNERS.c.reason,
+    RUNNERS.c.message,
+    RUNNERS.c.created_at,
+    RUNNERS.c.state_changed_at,
+    RUNNERS.c.server_id,
+    RUNNERS.c.github_runner_id,
+    RUNNERS.c.job_id,
+    RUNNERS.c.registered_at,
+)
+LIVE = [state.value for state in LIVE_STATES]
+
+
+def new_runner_id() -> str:
+    """Ten lowercase hex characters: short enough for server names, unguessable enough."""
+    return secrets.token_hex(5)
+
+
+def _reason(value: str) -> Reason:
+    try:
+        return Reason(value)
+    except ValueError:
+        return Reason.UNKNOWN
+
+
+def to_runner(row: Any) -> Runner:
+    return Runner(
+        id=row[0],
+        pool=row[1],
+        scope=row[2],
+        state=RunnerState(row[3]),
+        name=row[4],
+        labels=tuple(row[5] or ()),
+        reason=_reason(row[6]),
+        message=row[7],
+        created_at=row[8],
+        state_changed_at=row[9],
+        server_id=row[10],
+        github_runner_id=row[11],
+        job_id=row[12],
+        registered_at=row[13],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NewRunner:
+    """The intent to start one runner: written (state `pending`) before anything is asked of GitHub or the cloud."""
+
+    pool: str
+    scope: str
+    labels: tuple[str, ...]
+    reason: Reason
+    message: str | None = None
+    job_id: int | None = None
+
+
+def add(connection: Connection, name_prefix: str, intents: Sequence[NewRunner]) -> list[Runner]:
+    """Write the intents as `pending` runners with their first events; count them on the jobs they serve."""
+    if not intents:
+        return []
+    now = utcnow()
+    runners = []
+    for intent in intents:
+        runner_id = new_runner_id()
+        runners.append(
+            Runner(
+                id=runner_id,
+                pool=intent.pool,
+                scope=intent.scope,
+                state=RunnerState.PENDING,
+                name=f"{name_prefix}-{intent.pool}-{runner_id}",
+                labels=intent.labels,
+                reason=intent.reason,
+                message=intent.message,
+                created_at=now,
+                state_changed_at=now,
+                job_id=intent.job_id,
+            )
+        )
+    connection.execute(
+        insert(RUNNERS),
+        [
+            {
+                "id": r.id,
+                "pool": r.pool,
+                "scope": r.scope,
+                "state": r.state.value,
+                "name": r.name,
+                "labels": list(r.labels),
+                "reason": r.reason.value,
+                "message": r.message,
+                "created_at": now,
+                "state_changed_at": now,
+                "job_id": r.job_id,
+            }
+            for r in runners
+        ],
+    )
+    _add_events(connection, [(r.id, None, r.state, r.reason, r.message) for r in runners], now)
+    started = Counter(r.job_id for r in runners if r.job_id is not None)
+    for job_id, count in started.items():
+        connection.execute(
+            update(JOBS).where(JOBS.c.id == job_id).values(runners_started=JOBS.c.runners_started + count)
+        )
+    return runners
+
+
+def _add_events(
+    connection: Connection,
+    moves: Sequence[tuple[str, RunnerState | None, RunnerState, Reason, str | None]],
+    at: datetime,
+) -> None:
+    connection.execute(
+        insert(EVENTS),
+        [
+            {
+                "runner_id": runner_id,
+                "from_state": source.value if source else None,
+                "to_state": target.value,
+                "code": reason.value,
+                "message": message,
+                "at": at,
+            }
+            for runner_id, source, target, reason, message in moves
+        ],
+    )
+
+
+def apply(connection: Connection, transitions: Sequence[Transition]) -> list[Runner | None]:
+    """Apply each transition that still holds; None in place of one whose runner someone else moved first."""
+    now = utcnow()
+    applied: list[Runner | None] = []
+    moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None]] = []
+    diverted: Counter[int] = Counter()
+    presumed: set[int] = set()
+    for move in transitions:
+        values: dict[str, Any] = {"state": move.target.value, "state_changed_at": now, "reason": move.reason.value}
+        if move.target is RunnerState.FAILED or move.message is not None:
+            values["message"] = move.message
+        if move.server_id is not None:
+            values["server_id"] = move.server_id
+        if move.github_runner_id is not None:
+            values["github_runner_id"] = move.github_runner_id
+        if move.registered_at is not None:
+            values["registered_at"] = move.registered_at
+        row = connection.execute(
+            update(RUNNERS)
+            .where(RUNNERS.c.id == move.runner.id, RUNNERS.c.state == move.runner.state.value)
+            .values(**values)
+            .returning(*COLUMNS)
+        ).first()
+        if row is None:
+            applied.append(None)
+            continue
+        applied.append(to_runner(row))
+        moves.append((move.runner.id, move.runner.state, move.target, move.reason, move.message))
+        if move.diverted_job is not None:
+            diverted[move.diverted_job] += 1
+            if move.presumed_taken:
+                presumed.add(move.diverted_job)
+    if moves:
+        _add_events(connection, moves, now)
+    for job_id, count in diverted.items():
+        counted: dict[str, Any] = {"runners_diverted": JOBS.c.runners_diverted + count, "diverted_at": now}
+        if job_id in presumed:
+            counted["maybe_taken_at"] = now
+        connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(**counted))
+    return applied
+
+
+def set_github_runner_id(connection: Connection, runner_id: str, github_runner_id: int) -> None:
+    """Record the registration a JIT config made, before the server is asked for: a crash in between
+    must still leave a registration corral can find and delete."""
+    connection.execute(update(RUNNERS).where(RUNNERS.c.id == runner_id).values(github_runner_id=github_runner_id))
+
+
+def get(connection: Connection, runner_id: str) -> Runner | None:
+    row = connection.execute(select(*COLUMNS).where(RUNNERS.c.id == runner_id)).first()
+    return to_runner(row) if row else None
+
+
+def by_name(connection: Connection, name: str) -> Runner | None:
+    row = connection.execute(select(*COLUMNS).where(RUNNERS.c.name == name)).first()
+    return to_runner(row) if row else None
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerAndJob:
+    """A live runner with what the job table says of the job that names it (a webhook saw it take one)."""
+
+    runner: Runner
+    job_id: int | None
+    job_status: JobState | None
+    job_had_runner: bool = False
+    """Whether corral started a runner for that job too (a swap: that runner takes the next job)."""
+
+
+def live_of_pool(connection: Connection, pool: str) -> list[RunnerAndJob]:
+    """A pool's runners not yet deleted, oldest first, each with the status of the job run on it, if any."""
+    query = (
+        select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started)
+        .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
+        .where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(LIVE))
+        .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
+    )
+    found: dict[str, RunnerAndJob] = {}
+    for row in connection.execute(query):
+        runner = to_runner(row)
+        status = JobState(row[15]) if row[15] is not None else None
+        known = found.get(runner.id)
+        # A runner takes one job; should two rows name it, the furthest along says the most.
+        if known is None or (status is not None and (known.job_status is None or status.rank > known.job_status.rank)):
+            found[runner.id] = RunnerAndJob(runner, row[14], status, bool(row[16]))
+    return list(found.values())
+
+
+def listing(
+    connection: Connection,
+    *,
+    pool: str | None = None,
+    states: Iterable[RunnerState] | None = None,
+    limit: int | None = None,
+) -> list[Runner]:
+    query = select(*COLUMNS).order_by(RUNNERS.c.created_at, RUNNERS.c.id)
+    if pool is not None:
+        query = query.where(RUNNERS.c.pool == pool)
+    if states is not None:
+        query = query.where(RUNNERS.c.state.in_([state.value for state in states]))
+    if limit is not None:
+        query = query.limit(limit)
+    return [to_runner(row) for row in connection.execute(query)]
+
+
+def live_ids(connection: Connection, ids: Iterable[str]) -> set[str]:
+    """Which of `ids` are runners not yet deleted."""
+    wanted = list(ids)
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        query = select(RUNNERS.c.id).where(RUNNERS.c.id.in_(chunk), RUNNERS.c.state.in_(LIVE))
+        found.update(connection.execute(query).scalars())
+    return found
+
+
+def events(connection: Connection, runner_id: str) -> list[RunnerEvent]:
+    query = select(
+        EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at
+    ).where(EVENTS.c.runner_id == runner_id)
+    return [_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
+
+
+def _event(row: Any) -> RunnerEvent:
+    return RunnerEvent(
+        runner_id=row[0],
+        from_state=RunnerState(row[1]) if row[1] else None,
+        to_state=RunnerState(row[2]),
+        reason=_reason(row[3]),
+        message=row[4],
+        at=row[5],
+    )
+
+
+def recent_failures(connection: Connection, limit: int = 20) -> list[tuple[RunnerEvent, Runner]]:
+    """The latest moves to `failed`, newest first, each with its runner: the dashboard's failure list,
+    which must outlive the runner itself (a failed runner is cleaned up and deleted within seconds)."""
+    query = (
+        select(
+            EVENTS.c.runner_id,
+            EVENTS.c.from_state,
+            EVENTS.c.to_state,
+            EVENTS.c.code,
+            EVENTS.c.message,
+            EVENTS.c.at,
+            *COLUMNS,
+        )
+        .select_from(EVENTS.join(RUNNERS, RUNNERS.c.id == EVENTS.c.runner_id))
+        .where(EVENTS.c.to_state == RunnerState.FAILED.value)
+        .order_by(EVENTS.c.id.desc())
+        .limit(limit)
+    )
+    return [(_event(row[:6]), to_runner(row[6:])) for row in connection.execute(query)]
+
+
+def states_of_pool(connection: Connection, pool: str) -> Counter[RunnerState]:
+    """Live runners of a pool by state, counted by the database."""
+    query = (
+        select(RUNNERS.c.state, func.count())
+        .where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(LIVE))
+        .group_by(RUNNERS.c.state)
+    )
+    return Counter({RunnerState(state): count for state, count in connection.execute(query)})
+
+
+def counts(connection: Connection) -> Counter[tuple[str, RunnerState]]:
+    """Live runners by pool and state."""
+    query = (
+        select(RUNNERS.c.pool, RUNNERS.c.state, func.count())
+        .where(RUNNERS.c.state.in_(LIVE))
+        .group_by(RUNNERS.c.pool, RUNNERS.c.state)
+    )
+    return Counter({(pool, RunnerState(state)): count for pool, state, count in connection.execute(query)})
+
+
+def live_pools(connection: Connection) -> set[str]:
+    """Pools that still have runners not yet deleted (including pools removed from the config)."""
+    query = select(RUNNERS.c.pool).where(RUNNERS.c.state.in_(LIVE)).distinct()
+    return set(connection.execute(query).scalars())
+
+
+def live_scopes(connection: Connection) -> set[str]:
+    """Scopes runners not yet deleted registered at (a removed pool's runners still need deregistering)."""
+    query = select(RUNNERS.c.scope).where(RUNNERS.c.state.in_(LIVE)).distinct()
+    return set(connection.execute(query).scalars())
