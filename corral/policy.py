@@ -107,12 +107,17 @@ def judge_demand(
     """Which queued jobs count as demand now (oldest first), and which are held back.
 
     A fresh job is demand; an old one only once GitHub recently confirmed it still queued, so a cancelled
-    or already-taken job whose webhook was lost does not get a runner. A job whose own runner took a job
-    in the last `busy_covers_job` without saying which (it turned busy, or finished before corral saw it
-    busy) is not demand: that runner most likely took this very job, and the webhook saying so is on its
-    way; the engine asks GitHub at once, and a confirmation that it is still queued makes it demand again. A job whose runners went to other jobs `max_runners_per_job` times is held:
-    each further runner is a likely duplicate (its own runner may be about to free up), so it gets another
-    only once GitHub confirms it still queued after a wait that doubles with every further diversion.
+    or already-taken job whose webhook was lost does not get a runner.
+
+    A job is presumed taken for `busy_covers_job` after its own runner took a job corral cannot name (it
+    finished before corral saw it busy), or took a job that had a runner of its own (a swap: runners take
+    the oldest fitting job, so that other runner most likely takes this one). The webhook saying so is
+    usually on its way; the engine also asks GitHub at once, and a confirmation that the job is still
+    queued makes it demand again.
+
+    A job whose runners went to other jobs `max_runners_per_job` times is held: each further runner is a
+    likely duplicate, so it gets another only once GitHub confirms it still queued after a wait that
+    doubles with every further diversion (at most `max_hold`).
     """
     demand = Demand()
     for job in queued:
