@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import openstack
 import openstack.config
 import pytest
 
+from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
 from corral.sandbox.world import Timings
 from tests.webhook_receiver import WebhookReceiver
@@ -64,3 +67,31 @@ def webhook_receiver(webhook_receiver_session: WebhookReceiver, control: httpx.C
     webhook_receiver_session.status = 200
     control.put("/webhook", json={"url": webhook_receiver_session.url}).raise_for_status()
     return webhook_receiver_session
+
+
+StartCorral = Callable[..., LocalCorral]
+
+
+@pytest.fixture
+def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[StartCorral]:
+    """Start a whole corral (the Service `corral serve` runs) against this test's sandbox; every corral
+    started is stopped when the test ends, whatever happened.
+
+    `start_corral(pools, **settings)` builds the config (SQLite in the test's folder, a small pool by
+    default); `start_corral(document=...)` takes a whole config document instead.
+    """
+    started: list[LocalCorral] = []
+
+    def start(
+        pools: dict[str, Any] | None = None, *, document: dict[str, Any] | None = None, **settings: Any
+    ) -> LocalCorral:
+        if document is None:
+            database = f"sqlite:///{tmp_path / 'corral.db'}"
+            document = corral_config(sandbox.info, database, pools or {"small": pool_spec(["small"])}, **settings)
+        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
+        started.append(corral)
+        return corral
+
+    yield start
+    for corral in started:
+        corral.stop()

@@ -5,27 +5,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from corral.api.dashboard import CONTENT_SECURITY_POLICY
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral
 from corral.model import Delivery, JobState, JobUpdate
-from corral.sandbox.server import Sandbox
 from corral.store import jobs
+from tests.conftest import StartCorral
 
 EXTERNAL_ASSET = re.compile(r"""(src|href)\s*=\s*["']?(https?:)?//""", re.IGNORECASE)
 
 
 @pytest.fixture
-def corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[LocalCorral]:
-    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
-    document["reconcile_interval"] = "1h"
-    running = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-    yield running
-    running.stop()
+def corral(start_corral: StartCorral) -> LocalCorral:
+    return start_corral(reconcile_interval="1h")
 
 
 @pytest.fixture

@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, pool_spec
 from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
 from tests.waiting import wait_until
 
 ORG = "octo-org"
@@ -23,21 +23,6 @@ CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install -y chromium)"
 )
-
-
-@pytest.fixture
-def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
-    started: list[LocalCorral] = []
-
-    def start(pools: dict[str, Any], **extra: Any) -> LocalCorral:
-        document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", pools, **extra)
-        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-        started.append(corral)
-        return corral
-
-    yield start
-    for corral in started:
-        corral.stop()
 
 
 def summary(corral: LocalCorral) -> dict[str, Any]:
@@ -70,7 +55,7 @@ def secrets_of(sandbox: Sandbox, corral: LocalCorral) -> list[str]:
 
 
 def test_the_page_is_public_but_its_data_needs_a_read_token(
-    sandbox: Sandbox, start_corral: Any, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, control: httpx.Client
 ) -> None:
     corral = start_corral({"dashtest": pool_spec(["small"])})
     metrics_token = corral.create_token("scraper", "metrics")[1]
@@ -87,7 +72,9 @@ def test_the_page_is_public_but_its_data_needs_a_read_token(
             assert forbidden.status_code == 403, "a metrics token cannot read the dashboard's data"
 
 
-def test_summary_shows_pools_runners_jobs_and_waits(sandbox: Sandbox, start_corral: Any, control: httpx.Client) -> None:
+def test_summary_shows_pools_runners_jobs_and_waits(
+    sandbox: Sandbox, start_corral: StartCorral, control: httpx.Client
+) -> None:
     corral = start_corral(
         {"small": pool_spec(["small"], min_idle=2), "gpu": pool_spec(["gpu"], max_runners=2)}, default_pool="small"
     )
@@ -115,7 +102,7 @@ def test_summary_shows_pools_runners_jobs_and_waits(sandbox: Sandbox, start_corr
 
 
 def test_failures_list_boot_failures_with_their_reason_and_no_secret(
-    sandbox: Sandbox, start_corral: Any, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, control: httpx.Client
 ) -> None:
     control.put("/faults", json={"world": {"boot_failure_rate": 1.0}}).raise_for_status()
     corral = start_corral({"small": pool_spec(["small"], min_idle=1)})
@@ -171,7 +158,7 @@ def elements(dom: str, attribute: str) -> list[str]:
 
 @needs_chromium
 def test_the_dashboard_renders_pools_and_runners_in_a_browser(
-    sandbox: Sandbox, start_corral: Any, tmp_path: Path
+    sandbox: Sandbox, start_corral: StartCorral, tmp_path: Path
 ) -> None:
     corral = start_corral(
         {"small": pool_spec(["small"], min_idle=2), "large": pool_spec(["large"], min_idle=1, flavor="m1.large")},
@@ -193,7 +180,7 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
 
 @needs_chromium
 def test_the_dashboard_asks_again_when_the_token_is_refused(
-    sandbox: Sandbox, start_corral: Any, tmp_path: Path
+    sandbox: Sandbox, start_corral: StartCorral, tmp_path: Path
 ) -> None:
     corral = start_corral({"small": pool_spec(["small"], min_idle=1)})
     warm(corral, {"small": 1})

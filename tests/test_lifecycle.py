@@ -3,7 +3,6 @@ switch the default. Servers and registrations are checked on both far ends, not 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from githubkit import GitHub, TokenAuthStrategy
 from corral.clock import utcnow
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
 from tests.waiting import wait_until
 
 ORG = "octo-org"
@@ -23,20 +23,6 @@ ORG = "octo-org"
 @pytest.fixture
 def database_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'corral.db'}"
-
-
-@pytest.fixture
-def start_corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
-    started: list[LocalCorral] = []
-
-    def start(document: dict[str, Any]) -> LocalCorral:
-        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-        started.append(corral)
-        return corral
-
-    yield start
-    for corral in started:
-        corral.stop()
 
 
 def cloud_servers(sandbox: Sandbox) -> dict[str, list[str]]:
@@ -80,9 +66,11 @@ def pools_view(corral: LocalCorral) -> dict[str, dict[str, Any]]:
         return {pool["name"]: pool for pool in api.get("/api/v1/pools").json()}
 
 
-def test_warm_runners_come_up_and_grow_and_shrink(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:
+def test_warm_runners_come_up_and_grow_and_shrink(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str
+) -> None:
     document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=2)})
-    corral = start_corral(document)
+    corral = start_corral(document=document)
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "two warm runners online")
     assert cloud_servers(sandbox) == {"small": ["ACTIVE", "ACTIVE"]}
     view = converge(corral, lambda: pools_view(corral)["small"]["idle"] == 2 and pools_view(corral)["small"], "idle")
@@ -100,9 +88,11 @@ def test_warm_runners_come_up_and_grow_and_shrink(sandbox: Sandbox, start_corral
 
 
 def test_queued_jobs_get_one_runner_each_and_everything_is_cleaned_up(
-    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
-    corral = start_corral(corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=5)}))
+    corral = start_corral(
+        document=corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=5)})
+    )
     jobs = [
         control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted", "small"], "duration": 0.2}).json()
         for _ in range(3)
@@ -123,10 +113,10 @@ def job_status(control: httpx.Client, job_id: int) -> dict[str, Any]:
 
 
 def test_adding_and_removing_pools(
-    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
     document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=2)})
-    corral = start_corral(document)
+    corral = start_corral(document=document)
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "small warm")
 
     document["pools"]["big"] = pool_spec(["big"], min_idle=2, flavor="m1.large")
@@ -147,11 +137,11 @@ def test_adding_and_removing_pools(
 
 
 def test_switching_the_default_pool_moves_generic_demand(
-    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
     pools = {"small": pool_spec(["small"]), "big": pool_spec(["big"], flavor="m1.large")}
     document = corral_config(sandbox.info, database_url, pools, default_pool="small")
-    corral = start_corral(document)
+    corral = start_corral(document=document)
 
     def generic_job_pool() -> str:
         job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["self-hosted"], "duration": 0}).json()
@@ -169,9 +159,11 @@ def test_switching_the_default_pool_moves_generic_demand(
     assert pools_view(corral)["big"]["default"] is True
 
 
-def test_an_invalid_reload_keeps_the_running_generation(sandbox: Sandbox, start_corral: Any, database_url: str) -> None:
+def test_an_invalid_reload_keeps_the_running_generation(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str
+) -> None:
     document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])})
-    corral = start_corral(document)
+    corral = start_corral(document=document)
     broken = {**document, "default_pool": "nope"}
     with corral.api() as api:
         corral.write_config(broken)
@@ -182,9 +174,11 @@ def test_an_invalid_reload_keeps_the_running_generation(sandbox: Sandbox, start_
 
 
 def test_a_burst_starts_one_runner_per_job(
-    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
-    corral = start_corral(corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=50)}))
+    corral = start_corral(
+        document=corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=50)})
+    )
     burst = {"jobs": [{"repo": f"{ORG}/app", "labels": ["small"], "duration": 0.3} for _ in range(30)]}
     control.post("/trace", json=burst).raise_for_status()
 
@@ -197,9 +191,11 @@ def test_a_burst_starts_one_runner_per_job(
 
 
 def test_max_runners_caps_a_burst(
-    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
-    corral = start_corral(corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=4)}))
+    corral = start_corral(
+        document=corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=4)})
+    )
     burst = {"jobs": [{"repo": f"{ORG}/app", "labels": ["small"], "duration": 5} for _ in range(10)]}
     control.post("/trace", json=burst).raise_for_status()
     converge(corral, lambda: pools_view(corral)["small"]["busy"] == 4, "four busy")
@@ -207,10 +203,10 @@ def test_max_runners_caps_a_burst(
 
 
 def test_a_job_cancelled_while_waiting_gets_no_runner(
-    sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
     document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])}, stale_job_check="1s")
-    corral = start_corral(document)
+    corral = start_corral(document=document)
     with corral.api() as api:
         api.post("/api/v1/pools/small/drain").raise_for_status()
     job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 0}).json()
@@ -234,13 +230,13 @@ def test_a_job_cancelled_while_waiting_gets_no_runner(
 
 
 def test_a_pool_the_cloud_cannot_serve_is_not_ready_and_the_others_carry_on(
-    sandbox: Sandbox, start_corral: Any, database_url: str
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str
 ) -> None:
     pools = {
         "small": pool_spec(["small"], min_idle=1),
         "broken": pool_spec(["broken"], min_idle=1, image="no-such-image", networks=["no-such-net"]),
     }
-    corral = start_corral(corral_config(sandbox.info, database_url, pools, default_pool="small"))
+    corral = start_corral(document=corral_config(sandbox.info, database_url, pools, default_pool="small"))
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "the healthy pool warms up")
     broken = pools_view(corral)["broken"]
     assert broken["ready"] is False
@@ -250,14 +246,14 @@ def test_a_pool_the_cloud_cannot_serve_is_not_ready_and_the_others_carry_on(
 
 
 def test_a_replaced_user_data_template_is_what_the_servers_boot(
-    sandbox: Sandbox, start_corral: Any, database_url: str, tmp_path: Path, control: httpx.Client
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, tmp_path: Path, control: httpx.Client
 ) -> None:
     # A template that forgets the JIT config: servers boot, and no runner can ever come online.
     (tmp_path / "broken.sh").write_text("#!/bin/sh\necho starting ${runner_name} of ${pool}\n")
     document = corral_config(
         sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=1)}, user_data_template="broken.sh"
     )
-    corral = start_corral(document)
+    corral = start_corral(document=document)
     converge(corral, lambda: cloud_servers(sandbox) == {"small": ["ACTIVE"]}, "a server booted")
     wait_until(lambda: control.get("/stats").json()["counters"].get("servers_without_runner") == 1, what="no JIT")
     assert online_per_pool(sandbox) == {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +11,12 @@ import pytest
 
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
 from tests.waiting import wait_until
 
 
 @pytest.fixture
-def start(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
-    running: list[LocalCorral] = []
-
+def start(sandbox: Sandbox, tmp_path: Path, start_corral: StartCorral) -> Callable[[str], LocalCorral]:
     def make(auth: str) -> LocalCorral:
         document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
         # Only the missed-job scan can find the job: no stale-job checks within the test's time.
@@ -29,13 +28,9 @@ def start(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
                 "private_key_file": sandbox.info.private_key_path,
                 "webhook_secret": sandbox.info.webhook_secret,
             }
-        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-        running.append(corral)
-        return corral
+        return start_corral(document=document)
 
-    yield make
-    for corral in running:
-        corral.stop()
+    return make
 
 
 def corral_knows(corral: LocalCorral, job_id: int) -> bool:

@@ -6,37 +6,26 @@ once made corral stop serving a job for good, and waits for the job to be served
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, pool_spec
 from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
 from tests.test_lifecycle import ORG, online_per_pool
 from tests.waiting import wait_until
 
-StartCorral = Callable[..., LocalCorral]
-
 
 @pytest.fixture
-def start(sandbox: Sandbox, tmp_path: Path) -> Iterator[StartCorral]:
-    running: list[LocalCorral] = []
+def start(start_corral: StartCorral) -> StartCorral:
+    """A corral with one pool, `small`, unless `pools` says otherwise; `settings` are top-level keys."""
 
     def make(pools: dict[str, Any] | None = None, **settings: Any) -> LocalCorral:
-        document = corral_config(
-            sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", pools or {"small": pool_spec(["small"])}
-        )
-        document.update(settings)
-        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-        running.append(corral)
-        return corral
+        return start_corral(pools or {"small": pool_spec(["small"])}, **settings)
 
-    yield make
-    for corral in running:
-        corral.stop()
+    return make
 
 
 def queue_job(control: httpx.Client, labels: list[str], duration: float = 0.0) -> int:

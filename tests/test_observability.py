@@ -5,26 +5,22 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral
 from corral.logs import configure_logging
 from corral.model import RunnerState
 from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
 from tests.waiting import wait_until
 
 
 @pytest.fixture
-def corral(sandbox: Sandbox, tmp_path: Path) -> Iterator[LocalCorral]:
-    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
-    running = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-    yield running
-    running.stop()
+def corral(start_corral: StartCorral) -> LocalCorral:
+    return start_corral()
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -68,7 +64,8 @@ def test_metrics_need_a_token_and_count_what_happened(corral: LocalCorral, contr
     assert values[("corral_github_calls_total", jit)] >= 1
     assert values[("corral_github_rate_limit_remaining", frozenset({("resource", "core")}))] > 0
     assert values[("corral_cloud_calls_total", frozenset({("operation", "create_server"), ("outcome", "ok")}))] >= 1
-    assert values[("corral_reconcile_pass_seconds_count", frozenset())] >= 1
+    assert values[("corral_reconcile_pass_seconds_count", pool)] >= 1
+    assert values[("corral_observe_seconds_count", frozenset())] >= 1
 
 
 def test_transitions_are_logged_as_json_fields_and_no_secret_reaches_the_log(

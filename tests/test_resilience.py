@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,24 +11,18 @@ import pytest
 
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
 from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
 
 
 @pytest.fixture
-def corral_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
-    started: list[LocalCorral] = []
+def corral_for(start_corral: StartCorral) -> Callable[..., LocalCorral]:
+    """A corral with one pool, `small`, shaped by the keyword arguments."""
 
     def start(**pool: Any) -> LocalCorral:
-        document = corral_config(
-            sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"], **pool)}
-        )
-        corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
-        started.append(corral)
-        return corral
+        return start_corral({"small": pool_spec(["small"], **pool)})
 
-    yield start
-    for corral in started:
-        corral.stop()
+    return start
 
 
 def runner_failures(corral: LocalCorral) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
 from corral.cloud.provider import CloudError, CloudProvider, CloudServer
@@ -96,6 +97,15 @@ class Cleaner:
             GITHUB_ERRORS.labels(type(exc).__name__).inc()
             self._log_once.warning("github:delete", f"GitHub: delete runner {runner.name} failed: {exc}")
             return False
+
+    def on_error(self, runner: Runner) -> Callable[[BaseException], Awaitable[None]]:
+        """What the supervisor does with an exception a delete did not expect: it is noted on the runner,
+        which stays `deleting` and is tried again after the next look."""
+
+        async def record(exc: BaseException) -> None:
+            await self._mover.note(runner, Reason.INTERNAL_ERROR, f"delete failed: {type(exc).__name__}: {exc}"[:500])
+
+        return record
 
     async def delete_orphan(self, server: CloudServer) -> None:
         logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)

@@ -276,7 +276,12 @@ class Engine:
         for runner in current:
             deleting = runner.state is RunnerState.DELETING and not self.supervisor.busy(runner.id)
             if deleting and self.cleaner.due(runner, observation):
-                self.supervisor.start(ActionKind.DELETE, runner.id, self.cleaner.delete(runner, observation))
+                self.supervisor.start(
+                    ActionKind.DELETE,
+                    runner.id,
+                    self.cleaner.delete(runner, observation),
+                    on_error=self.cleaner.on_error(runner),
+                )
         states = Counter(runner.state for runner in current)
         if pool is None:
             self._retire(current, [RunnerState.IDLE, RunnerState.BOOTING], Reason.POOL_REMOVED, None)
@@ -355,7 +360,9 @@ class Engine:
 
     def _transition(self, runner: Runner, row: RunnerAndJob, verdict: Verdict) -> Transition:
         registered_at = None
-        if verdict.target in (RunnerState.IDLE, RunnerState.BUSY) and runner.registered_at is None:
+        # It came online: seen online, seen busy, or its job was done (which it must have come online for).
+        came_online = verdict.target in (RunnerState.IDLE, RunnerState.BUSY) or verdict.reason is Reason.JOB_DONE
+        if came_online and runner.registered_at is None:
             registered_at = utcnow()
             RUNNER_BOOT_SECONDS.labels(runner.pool).observe((registered_at - runner.created_at).total_seconds())
         # A runner that turned busy, or finished from booting or idle (its job was over before corral saw it

@@ -19,8 +19,9 @@ from datetime import datetime, timedelta
 from corral.clock import utcnow
 from corral.config import CorralConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
+from corral.engine.supervisor import ActionKind
 from corral.github.client import GitHubClient, GitHubError
-from corral.metrics import GITHUB_ERRORS, JOBS_RECOVERED
+from corral.metrics import ACTION_ERRORS, GITHUB_ERRORS, JOBS_RECOVERED
 from corral.model import Delivery, Job, JobState, JobUpdate
 from corral.policy import match_pool
 from corral.store import Store
@@ -79,6 +80,15 @@ class JobTracker:
         slots = asyncio.Semaphore(CONCURRENT_CHECKS)
 
         async def verify(job: Job) -> str | None:
+            try:
+                return await ask(job)
+            except Exception:
+                # One job's unexpected answer (a body githubkit cannot parse) must not stop the others.
+                ACTION_ERRORS.labels(ActionKind.JOB_UPKEEP.value).inc()
+                logger.exception("asking GitHub about job %d failed unexpectedly; asking again later", job.id)
+                return None
+
+        async def ask(job: Job) -> str | None:
             async with slots:
                 try:
                     scope = self.scope_for(config, job.pool, job.repository)

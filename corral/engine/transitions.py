@@ -74,6 +74,18 @@ class Mover:
             return None
         return await self.move(current, RunnerState.FAILED, reason, message)
 
+    async def note(self, runner: Runner, reason: Reason, message: str) -> None:
+        """Record on the runner something that went wrong without moving it (its state stays as it was)."""
+        await self._store.run(runners.note, runner, reason, message)
+        logger.warning(
+            "runner %s (pool %s): %s: %s",
+            runner.name,
+            runner.pool,
+            reason.value,
+            message,
+            extra={"runner": runner.name, "pool": runner.pool, "reason": reason.value, "detail": message},
+        )
+
     @staticmethod
     def _record(transition: Transition, result: Runner) -> None:
         runner = transition.runner

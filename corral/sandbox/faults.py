@@ -33,12 +33,17 @@ class EndpointFault:
     status: int = 500
     latency_ms: float = 0.0
     count: int | None = None
+    garble_rate: float = 0.0
+    """Share of matching requests that are carried out but answered with `{}` in place of the body the API
+    promises (a broken proxy, a mismatched API version): the client's parser, not its error handling, meets it."""
 
     def validate(self) -> None:
         if not self.match:
             raise FaultSpecError("endpoint fault: 'match' is required, e.g. 'openstack POST /compute/*'")
         if not 0.0 <= self.error_rate <= 1.0:
             raise FaultSpecError("endpoint fault: 'error_rate' must be between 0 and 1")
+        if not 0.0 <= self.garble_rate <= 1.0:
+            raise FaultSpecError("endpoint fault: 'garble_rate' must be between 0 and 1")
         if not 400 <= self.status <= 599:
             raise FaultSpecError("endpoint fault: 'status' must be an HTTP error status (400-599)")
         if self.latency_ms < 0:
@@ -82,6 +87,7 @@ class WorldFaults:
 class EndpointDecision:
     latency_s: float = 0.0
     error_status: int | None = None
+    garble: bool = False
 
 
 @dataclass
@@ -112,6 +118,8 @@ class Faults:
             decision.latency_s = max(decision.latency_s, fault.latency_ms / 1000.0)
             if decision.error_status is None and self.chance(fault.error_rate):
                 decision.error_status = fault.status
+            if not decision.garble and self.chance(fault.garble_rate):
+                decision.garble = True
             if fault.count is not None:
                 fault.count -= 1
                 if fault.count <= 0:

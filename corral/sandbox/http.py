@@ -64,7 +64,11 @@ def instrumented_router(
                     early = await pre_hook(request, key)
                     if early is not None:
                         return early
-                return await handler(request)
+                response = await handler(request)
+                if decision.garble:
+                    world.stats.incr(f"{side}_garbled_answers")
+                    return Response(b"{}", status_code=response.status_code, media_type="application/json")
+                return response
 
             return instrumented
 

@@ -198,6 +198,13 @@ def apply(connection: Connection, transitions: Sequence[Transition]) -> list[Run
     return applied
 
 
+def note(connection: Connection, runner: Runner, reason: Reason, message: str) -> None:
+    """Record something that happened to a runner without moving it (an action on it failed unexpectedly):
+    on the runner, where its view shows it, and in its history."""
+    connection.execute(update(RUNNERS).where(RUNNERS.c.id == runner.id).values(message=message))
+    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], utcnow())
+
+
 def set_github_runner_id(connection: Connection, runner_id: str, github_runner_id: int) -> None:
     """Record the registration a JIT config made, before the server is asked for: a crash in between
     must still leave a registration corral can find and delete."""
