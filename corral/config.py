@@ -2,8 +2,12 @@
 
 Every problem is reported at once, each as `<key path>: <what is wrong>; <how to fix it>`, so
 `corral config check` can list them all and a reload with a bad file can say exactly why it was refused.
+What would only fail later is refused here: a credential that cannot work (an empty token, a key that is
+not a key, a webhook secret anyone could guess), a database URL no driver can open, a duration so short
+it would hammer an API, a user data template that renders too big for Nova.
 Secrets may come inline, from a `*_file`, or from `CORRAL_*` environment variables; they are held as
-`SecretStr` so they never appear in a repr, a log line or an API response.
+`SecretStr` so they never appear in a repr or an API response, and registered with `corral.secrets` so
+that no log line can carry them.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -25,14 +31,23 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
-from corral.cloud.userdata import UserDataError, load_template
+from corral import secrets
+from corral.cloud.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
+from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
 POOL_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 """Pool names become part of server names (`<prefix>-<pool>-<id>`) and hostnames: DNS-label safe, short."""
 VOLUME_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 DURATION_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+WEBHOOK_SECRET_MIN_LENGTH = 16
+"""The webhook secret is the only thing standing between the internet and corral starting VMs: a short one
+can be guessed from one captured delivery, offline, and an empty one lets anyone sign a fake job."""
+DATABASES = {"sqlite": "sqlite:///corral.db", "postgresql+psycopg": "postgresql+psycopg://user@host/corral"}
+"""The dialects and drivers corral ships with; the value is an example URL for the error message."""
 SECRET_ENVIRONMENT = {
     ("github", "token"): "CORRAL_GITHUB_TOKEN",
     ("github", "private_key"): "CORRAL_GITHUB_PRIVATE_KEY",
@@ -44,8 +59,9 @@ class ConfigError(Exception):
     """The configuration cannot be used; `problems` lists every reason, each naming its key and the fix."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+        # A token pasted where a key belongs would otherwise come back as "<token>: unknown key".
+        self.problems = [secrets.redact(problem) for problem in problems]
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
 def parse_duration(value: object) -> float:
@@ -64,7 +80,33 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+def format_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds < 60 or seconds % 60:
+        return f"{seconds:g}s"
+    return f"{seconds / 60:g}m" if seconds < 3600 or seconds % 3600 else f"{seconds / 3600:g}h"
+
+
+def at_least(minimum: float, why: str) -> AfterValidator:
+    """Refuse a duration below `minimum` seconds, saying what a shorter one would do."""
+
+    def check(seconds: float) -> float:
+        if seconds < minimum:
+            raise ValueError(
+                f"{format_duration(seconds)} is below the minimum of {format_duration(minimum)} ({why}); "
+                f"set it to {format_duration(minimum)} or more"
+            )
+        return seconds
+
+    return AfterValidator(check)
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+Interval = Annotated[Duration, at_least(1.0, "each round makes API calls: shorter spends the rate limits")]
+"""How often corral does something that calls the cloud or GitHub."""
+Wait = Annotated[Duration, at_least(1.0, "shorter gives up before the cloud or GitHub could have answered")]
+"""How long corral lets something take before it acts on it."""
 
 
 class StrictModel(BaseModel):
@@ -150,8 +192,8 @@ class PoolConfig(StrictModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     min_idle: int = Field(default=0, ge=0)
     max_runners: int = Field(default=10, ge=1)
-    bootstrap_timeout: Duration = 600.0
-    idle_grace: Duration = 60.0
+    bootstrap_timeout: Wait = 600.0
+    idle_grace: Wait = 60.0
     runner_group: str = "Default"
     priority: int = 0
 
@@ -192,7 +234,7 @@ class GitHubConfig(StrictModel):
     token_file: Path | None = None
     webhook_secret: SecretStr | None = None
     webhook_secret_file: Path | None = None
-    timeout: Duration = 15.0
+    timeout: Wait = 15.0
 
     @field_validator("url")
     @classmethod
@@ -200,6 +242,41 @@ class GitHubConfig(StrictModel):
         if not re.match(r"^https?://[^/\s]+", url):
             raise ValueError("must be an http(s) URL such as https://api.github.com or https://ghe.example/api/v3")
         return url.rstrip("/")
+
+    @field_validator("token")
+    @classmethod
+    def token_not_empty(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and not token.get_secret_value().strip():
+            raise ValueError("empty; put the token (a PAT, ghp_...) in it, or use a GitHub App")
+        return token
+
+    @field_validator("private_key")
+    @classmethod
+    def private_key_loads(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is None:
+            return key
+        try:
+            loaded = load_pem_private_key(key.get_secret_value().encode(), password=None)
+        except (ValueError, TypeError):
+            loaded = None
+        if not isinstance(loaded, RSAPrivateKey):
+            raise ValueError(
+                "not an unencrypted PEM RSA private key, so every GitHub call would fail; use the .pem file "
+                "GitHub generated for the App (its settings page, Private keys)"
+            )
+        return key
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def webhook_secret_unguessable(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value().strip()) < WEBHOOK_SECRET_MIN_LENGTH:
+            what = "empty" if not secret.get_secret_value().strip() else "too short"
+            raise ValueError(
+                f"{what} (at least {WEBHOOK_SECRET_MIN_LENGTH} characters): anyone who can guess it can sign fake "
+                "jobs and make corral start VMs; generate one with `openssl rand -hex 32` and set it here and in "
+                "GitHub's webhook settings, or remove the key to turn /webhook off"
+            )
+        return secret
 
     @model_validator(mode="after")
     def one_way_to_authenticate(self) -> GitHubConfig:
@@ -227,7 +304,7 @@ class CloudConfig(StrictModel):
     name: str | None = None
     region: str | None = None
     max_concurrent_creates: int = Field(default=8, ge=1, le=256)
-    quota_retry: Duration = 30.0
+    quota_retry: Interval = 30.0
     """How long a pool waits after the cloud said its quota is exhausted before asking again."""
 
 
@@ -242,16 +319,21 @@ class CorralConfig(StrictModel):
     default_pool: str | None = None
     extra_volumes: list[SharedVolumeConfig] = Field(default_factory=list)
     pools: dict[str, PoolConfig] = Field(min_length=1)
-    reconcile_interval: Duration = 30.0
+    reconcile_interval: Interval = 30.0
     user_data_template: Path | None = None
     """A cloud-init script of your own (string.Template: ${jit_config}, ${runner_name}, ${pool}, ${labels},
     ${runner_download_url}); the default installs or finds the runner and starts it."""
-    stale_job_check: Duration = 60.0
+    stale_job_check: Wait = 60.0
     """A job queued longer than this is confirmed with GitHub (one GET) before it gets a runner."""
     max_runners_per_job: int = Field(default=3, ge=1, le=20)
+<<<<<<< HEAD
     """Runners started for one job that may go to other jobs before the job is held back: after that it gets
     another runner only once GitHub confirms it still queued, after a backoff that doubles each time."""
     missed_job_scan: Duration = 60.0
+=======
+    """Runners started on one job's behalf before corral gives up on it (a broken image, a lost job)."""
+    missed_job_scan: Interval = 60.0
+>>>>>>> config
     """How often to look for jobs whose webhook was lost: failed App deliveries, or queued runs."""
 
     @field_validator("pools")
@@ -264,6 +346,22 @@ class CorralConfig(StrictModel):
                     "digits and dashes, starting and ending with a letter or digit"
                 )
         return pools
+
+    @field_validator("database_url")
+    @classmethod
+    def database_corral_can_open(cls, url: str) -> str:
+        examples = " or ".join(DATABASES.values())
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise ValueError(f"not a database URL; write it as {examples}") from None
+        driver = "sqlite" if parsed.drivername == "sqlite+pysqlite" else parsed.drivername
+        if driver not in DATABASES:
+            fix = "postgresql+psycopg://" if parsed.get_backend_name() == "postgresql" else examples
+            raise ValueError(f"{parsed.drivername}:// is not supported (only {', '.join(DATABASES)}); use {fix}")
+        if not parsed.database or parsed.database == ":memory:":
+            raise ValueError(f"names no database (an in-memory one would forget every runner); use {DATABASES[driver]}")
+        return url
 
     @model_validator(mode="after")
     def pools_are_consistent(self) -> CorralConfig:
@@ -285,10 +383,7 @@ class CorralConfig(StrictModel):
                 )
             seen[key] = name
         if self.user_data_template is not None:
-            try:
-                load_template(self.user_data_template)
-            except (OSError, UserDataError) as exc:
-                problems.append(f"user_data_template: {exc}; point it at a readable string.Template script")
+            problems.extend(self._user_data_problems(self.user_data_template))
         for index, volume in enumerate(self.extra_volumes):
             unknown = [p for p in volume.propagation if p != "all" and p not in self.pools]
             if unknown:
@@ -299,6 +394,33 @@ class CorralConfig(StrictModel):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _user_data_problems(self, path: Path) -> list[str]:
+        """Load the template and render it for every pool with a JIT config of realistic size."""
+        try:
+            template = load_template(path)
+        except (OSError, UserDataError) as exc:
+            return [f"user_data_template: {exc}; point it at a readable string.Template script"]
+        for name, pool in self.pools.items():
+            try:
+                render_user_data(
+                    template,
+                    jit_config="A" * SAMPLE_JIT_CONFIG_LENGTH,
+                    runner_name=f"{self.name_prefix}-{name}-0123456789",
+                    pool=name,
+                    labels=list(pool.labels),
+                )
+            except UserDataError as exc:
+                sample = f"{SAMPLE_JIT_CONFIG_LENGTH:,}-character JIT config"
+                return [f"user_data_template: for pool {name} with a {sample}, {exc}"]
+        return []
+
+    def secret_values(self) -> list[str]:
+        """Every credential this configuration holds, for `corral.secrets` to keep out of the log."""
+        github = self.github
+        values = [s.get_secret_value() for s in (github.token, github.private_key, github.webhook_secret) if s]
+        password = make_url(self.database_url).password
+        return [*values, *([str(password)] if password else [])]
 
     def volumes_for(self, pool_name: str) -> list[VolumeConfig]:
         """A pool's own extra volumes plus the shared ones propagated to it (the pool's own win on a name)."""
@@ -329,16 +451,27 @@ def _format_error(error: Mapping[str, Any]) -> list[str]:
     return [f"{location}: {message}" for message in messages]
 
 
-def _read_secret_files(raw: dict[str, Any], base: Path, problems: list[str]) -> None:
-    """Resolve `*_file` secrets and `CORRAL_*` variables into the inline secret keys, in place."""
+def _read_secret_files(raw: dict[str, Any], base: Path, problems: list[str]) -> dict[str, str]:
+    """Resolve `*_file` secrets and `CORRAL_*` variables into the inline secret keys, in place.
+
+    Returns, for each secret that did not come inline, where it came from (`github.token_file`,
+    `CORRAL_GITHUB_TOKEN`), so that a problem with its value names what the operator actually wrote.
+    """
+    sources: dict[str, str] = {}
     github = raw.get("github")
     if not isinstance(github, dict):
-        return
+        return sources
     for key in ("private_key", "token", "webhook_secret"):
         file_key = f"{key}_file"
+        if key in github and github.get(file_key):
+            problems.append(
+                f"github.{key}: given both inline and as {file_key}, and only one can be meant; remove one of them"
+            )
+            continue
         if github.get(file_key):
             path = Path(github[file_key])
             path = path if path.is_absolute() else base / path
+            sources[f"github.{key}"] = f"github.{file_key}"
             try:
                 github[key] = path.read_text().strip()
             except OSError as exc:
@@ -350,6 +483,13 @@ def _read_secret_files(raw: dict[str, Any], base: Path, problems: list[str]) -> 
         variable = SECRET_ENVIRONMENT[("github", key)]
         if key not in github and os.environ.get(variable):
             github[key] = os.environ[variable]
+            sources[f"github.{key}"] = variable
+    return sources
+
+
+def _name_source(problem: str, sources: dict[str, str]) -> str:
+    key, separator, rest = problem.partition(": ")
+    return f"{sources[key]}{separator}{rest}" if key in sources else problem
 
 
 def _resolve_template_path(raw: dict[str, Any], base: Path) -> None:
@@ -367,16 +507,18 @@ def parse_config(raw: object, base: Path = Path()) -> CorralConfig:
     if isinstance(raw.get("github"), dict):
         raw["github"] = dict(raw["github"])
     problems: list[str] = []
-    _read_secret_files(raw, base, problems)
+    sources = _read_secret_files(raw, base, problems)
     _resolve_template_path(raw, base)
     try:
         config = CorralConfig.model_validate(raw)
     except ValidationError as exc:
         for error in exc.errors():
-            problems.extend(_format_error(error))
+            problems.extend(_name_source(problem, sources) for problem in _format_error(error))
         raise ConfigError(problems) from None
     if problems:
         raise ConfigError(problems)
+    for value in config.secret_values():
+        secrets.register(value)
     return config
 
 
@@ -387,7 +529,9 @@ def load_config(path: Path) -> CorralConfig:
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read the config file ({exc.strerror or exc})"]) from None
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+        raw = parse_yaml(text)
+    except DuplicateKey as exc:
+        raise ConfigError([str(exc)]) from None
+    except YamlProblem as exc:
+        raise ConfigError([f"{path}: {exc}"]) from None
     return parse_config(raw, base=path.parent)

@@ -27,6 +27,7 @@ from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudProvider
 from corral.files import write_private
 from corral.sandbox.server import SandboxInfo, bind_socket
+from corral.serve import server_config
 from corral.service import Service
 
 T = TypeVar("T")
@@ -91,7 +92,7 @@ class LocalCorral:
         self._socket = bind_socket("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         self._server = uvicorn.Server(
-            uvicorn.Config(build_app(self.service), log_level="warning", lifespan="off", access_log=False)
+            server_config(build_app(self.service), "127.0.0.1", self._socket.getsockname()[1])
         )
         _, self.token = self.service.store.create_token("local", "admin")
         self._loop: asyncio.AbstractEventLoop | None = None

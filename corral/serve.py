@@ -9,6 +9,7 @@ import signal
 from collections.abc import Iterator
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from corral.api.app import build_app
 from corral.service import Service
@@ -24,8 +25,13 @@ class _Server(uvicorn.Server):
         yield
 
 
+def server_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
+    """uvicorn with no logging set-up of its own: its lines (tracebacks too) go through corral's handler."""
+    return uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning", lifespan="off")
+
+
 async def serve(service: Service, host: str, port: int) -> None:
-    server = _Server(uvicorn.Config(build_app(service), host=host, port=port, log_level="warning", lifespan="off"))
+    server = _Server(server_config(build_app(service), host, port))
     loop = asyncio.get_running_loop()
 
     def stop() -> None:

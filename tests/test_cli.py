@@ -64,6 +64,32 @@ def test_tokens_are_shown_once_listed_without_values_and_revocable(
     assert main(["token", *url, "revoke", listed["id"]]) == 1
 
 
+@pytest.mark.parametrize("where", ["before the action", "after the action"])
+def test_token_commands_take_the_config_before_or_after_the_action(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """The README writes `corral token create --config corral.yaml ...`; both orders work."""
+    config = write(tmp_path / "c.yaml", {**GOOD, "database_url": f"sqlite:///{tmp_path / 'corral.db'}"})
+
+    def token(action: str, *rest: str) -> list[str]:
+        option = ["--config", str(config)]
+        return ["token", *option, action, *rest] if where == "before the action" else ["token", action, *option, *rest]
+
+    assert main(token("create", "--name", "ops", "--scope", "admin")) == 0
+    assert capsys.readouterr().out.startswith("corral_")
+    assert main(token("list", "--json")) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["name"], listed["scope"]) == ("ops", "admin")
+    assert main(token("revoke", listed["id"])) == 0
+
+
+def test_an_option_after_the_action_wins_over_one_before(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write(tmp_path / "c.yaml", {**GOOD, "database_url": f"sqlite:///{tmp_path / 'from-config.db'}"})
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert main(["token", "--config", str(config), "create", "--database-url", other, "--name", "x"]) == 0
+    assert (tmp_path / "other.db").exists() and not (tmp_path / "from-config.db").exists()
+
+
 def test_client_commands_talk_to_a_running_corral(
     sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,8 +7,25 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from corral import secrets
+from corral.cloud.userdata import SAMPLE_JIT_CONFIG_LENGTH
 from corral.config import ConfigError, load_config, parse_config, parse_duration
+
+PAT = "ghp_" + "Zq7" * 12
+WEBHOOK_SECRET = "a-webhook-secret-long-enough"
+
+
+def pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey, password: bytes | None = None) -> str:
+    encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption).decode()
+
+
+@pytest.fixture(scope="module")
+def rsa_pem() -> str:
+    return pem(rsa.generate_private_key(public_exponent=65537, key_size=2048))
 
 
 def pool(**overrides: Any) -> dict[str, Any]:
@@ -76,22 +93,185 @@ def test_pool_names_must_fit_in_server_names(name: str) -> None:
     assert problem.startswith("pools: pool name") and "lowercase" in problem
 
 
-def test_credentials_must_be_one_kind() -> None:
+def test_credentials_must_be_one_kind(rsa_pem: str) -> None:
     assert "no credentials" in problems_of(document(github={}))[0]
-    assert "not both" in problems_of(document(github={"token": "t", "app_id": 1, "private_key": "k"}))[0]
+    assert "not both" in problems_of(document(github={"token": "t", "app_id": 1, "private_key": rsa_pem}))[0]
     assert "no private key" in problems_of(document(github={"app_id": 1}))[0]
 
 
-def test_secrets_come_from_files_relative_to_the_config(tmp_path: Path) -> None:
-    (tmp_path / "app.pem").write_text("-----BEGIN KEY-----\n")
-    (tmp_path / "hook.secret").write_text("s3cret\n")
+def test_secrets_come_from_files_relative_to_the_config(tmp_path: Path, rsa_pem: str) -> None:
+    (tmp_path / "app.pem").write_text(rsa_pem)
+    (tmp_path / "hook.secret").write_text(f"{WEBHOOK_SECRET}\n")
     raw = document(github={"app_id": 7, "private_key_file": "app.pem", "webhook_secret_file": "hook.secret"})
     path = tmp_path / "corral.yaml"
     path.write_text(yaml.safe_dump(raw))
     config = load_config(path)
     assert config.github.webhook_secret is not None
-    assert config.github.webhook_secret.get_secret_value() == "s3cret"
-    assert "s3cret" not in repr(config) and "BEGIN KEY" not in repr(config)
+    assert config.github.webhook_secret.get_secret_value() == WEBHOOK_SECRET
+    assert WEBHOOK_SECRET not in repr(config) and "PRIVATE KEY" not in repr(config)
+
+
+def test_loaded_secrets_are_blanked_from_any_text_bound_for_a_log(tmp_path: Path, rsa_pem: str) -> None:
+    raw = document(
+        github={"app_id": 7, "private_key": rsa_pem, "webhook_secret": WEBHOOK_SECRET},
+        database_url="postgresql+psycopg://corral:db-password-123@db.example/corral",
+    )
+    parse_config(raw)
+    key_line = rsa_pem.splitlines()[5]
+    text = secrets.redact(f"a {WEBHOOK_SECRET} b {key_line} c db-password-123 d")
+    assert text == "a *** b *** c *** d"
+
+
+@pytest.mark.parametrize(
+    ("github", "key", "what"),
+    [
+        ({"token": "ghp_x", "webhook_secret": ""}, "github.webhook_secret", "empty"),
+        ({"token": "ghp_x", "webhook_secret": "   "}, "github.webhook_secret", "empty"),
+        ({"token": "ghp_x", "webhook_secret": "hunter2hunter2"}, "github.webhook_secret", "too short"),
+        ({"token": "ghp_x", "webhook_secret_file": "empty.secret"}, "github.webhook_secret_file", "empty"),
+    ],
+)
+def test_an_empty_or_guessable_webhook_secret_is_refused(
+    tmp_path: Path, github: dict[str, str], key: str, what: str
+) -> None:
+    (tmp_path / "empty.secret").write_text("\n")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document(github=github), base=tmp_path)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{key}: {what} (at least 16 characters)")
+    assert "openssl rand -hex 32" in problem
+
+
+def test_a_long_enough_webhook_secret_from_the_environment_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_WEBHOOK_SECRET", "short")
+    (problem,) = problems_of(document())
+    assert problem.startswith("CORRAL_WEBHOOK_SECRET: too short")
+    monkeypatch.setenv("CORRAL_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    secret = parse_config(document()).github.webhook_secret
+    assert secret is not None and secret.get_secret_value() == WEBHOOK_SECRET
+
+
+def test_an_empty_token_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty.token").write_text("")
+    assert problems_of(document(github={"token": ""})) == [
+        "github.token: empty; put the token (a PAT, ghp_...) in it, or use a GitHub App"
+    ]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document(github={"token_file": "empty.token"}), base=tmp_path)
+    assert caught.value.problems[0].startswith("github.token_file: empty")
+
+
+def test_a_private_key_must_load_as_an_rsa_key(rsa_pem: str) -> None:
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    rsa_key = serialization.load_pem_private_key(rsa_pem.encode(), password=None)
+    assert isinstance(rsa_key, rsa.RSAPrivateKey)
+    for bad in ["not a key", pem(ec_key), pem(rsa_key, password=b"passphrase"), rsa_pem[:200]]:
+        (problem,) = problems_of(document(github={"app_id": 7, "private_key": bad}))
+        assert problem.startswith("github.private_key: not an unencrypted PEM RSA private key")
+        assert "BEGIN" not in problem
+    assert parse_config(document(github={"app_id": 7, "private_key": rsa_pem})).github.uses_app
+
+
+@pytest.mark.parametrize("key", ["token", "private_key", "webhook_secret"])
+def test_a_secret_given_both_inline_and_as_a_file_is_refused(tmp_path: Path, key: str) -> None:
+    (tmp_path / "secret").write_text("from-the-file-0123456789")
+    github = {"token": "ghp_x", key: "inline-0123456789", f"{key}_file": "secret"}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document(github=github), base=tmp_path)
+    assert f"github.{key}: given both inline and as {key}_file" in caught.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("garbage", "not a database URL; write it as sqlite:///corral.db or postgresql+psycopg://"),
+        ("postgresql://corral:db-password-123@db/corral", "postgresql:// is not supported"),
+        ("mysql+pymysql://corral:db-password-123@db/corral", "mysql+pymysql:// is not supported"),
+        ("sqlite://", "names no database"),
+        ("sqlite:///:memory:", "names no database"),
+    ],
+)
+def test_a_database_url_must_name_a_database_corral_can_open(url: str, expected: str) -> None:
+    (problem,) = problems_of(document(database_url=url))
+    assert problem.startswith("database_url: ") and expected in problem
+    assert "db-password-123" not in problem
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///corral.db", "sqlite+pysqlite:////var/lib/corral.db", "postgresql+psycopg://u:p@db:5432/corral"]
+)
+def test_supported_database_urls_are_accepted(url: str) -> None:
+    assert parse_config(document(database_url=url)).database_url == url
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("reconcile_interval", "1ms"),
+        ("missed_job_scan", "500ms"),
+        ("stale_job_check", "10ms"),
+        ("github.timeout", "100ms"),
+        ("cloud.quota_retry", "1ms"),
+        ("pools.small.bootstrap_timeout", "1ms"),
+        ("pools.small.idle_grace", "1ms"),
+    ],
+)
+def test_durations_below_their_minimum_are_refused_naming_the_key_and_the_minimum(key: str, value: str) -> None:
+    raw = document(github={"token": "ghp_x"}, cloud={}, pools={"small": pool()})
+    *parents, name = key.split(".")
+    target = raw
+    for parent in parents:
+        target = target[parent]
+    target[name] = value
+    (problem,) = problems_of(raw)
+    assert problem.startswith(f"{key}: {value} is below the minimum of 1s")
+    assert problem.endswith("set it to 1s or more")
+
+
+def test_a_key_given_twice_is_refused_naming_the_key_and_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "corral.yaml"
+    path.write_text(
+        "github:\n  token: ghp_first\n  url: https://api.github.com\n  token: ghp_second\n"
+        "pools:\n  small: {scope: {org: o}, labels: [a], image: i, flavor: f}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.problems == [
+        "github.token: given twice (lines 2 and 4); YAML would silently keep the last, "
+        "so delete the one you do not mean"
+    ]
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "corral.yaml"
+    path.write_text(
+        "github: {token: ghp_x}\n"
+        "base: &base {scope: {org: o}, labels: [a], image: i, flavor: f, max_runners: 2}\n"
+        "pools:\n  small:\n    <<: *base\n    max_runners: 5\n"
+    )
+    with pytest.raises(ConfigError) as caught:  # `base` is not a key corral knows; the merge itself is fine
+        load_config(path)
+    assert caught.value.problems == ["base: unknown key; remove it or check its spelling"]
+
+
+@pytest.mark.parametrize(
+    "broken_line",
+    [
+        f"  token: {PAT}: [\n",  # a colon too many
+        f'  token: "{PAT}\n',  # an unclosed quote
+        f"  token: {PAT}\n\ttimeout: 15s\n",  # a tab
+        f"  token: !!python/object:{PAT} x\n",  # a tag
+    ],
+)
+def test_a_yaml_syntax_error_says_where_but_never_shows_the_line(tmp_path: Path, broken_line: str) -> None:
+    path = tmp_path / "corral.yaml"
+    path.write_text(f"github:\n{broken_line}pools: {{}}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{path}: not valid YAML at line ") and problem.endswith("; fix the syntax there")
+    for fragment in (PAT[i : i + 8] for i in range(0, len(PAT) - 8)):
+        assert fragment not in str(caught.value)
 
 
 def test_a_missing_secret_file_is_named(tmp_path: Path) -> None:
@@ -132,10 +312,15 @@ def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+def test_a_token_pasted_where_a_key_belongs_is_not_repeated() -> None:
+    (problem,) = problems_of(document(github={"token": "ghp_x", PAT: "oops"}))
+    assert problem == "github.***: unknown key; remove it or check its spelling"
+
+
 def test_bad_yaml_and_non_mapping_files_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "corral.yaml"
     path.write_text("pools: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML at line 2, column 1"):
         load_config(path)
     assert "must be a YAML mapping" in problems_of(["a list"])[0]
 
@@ -153,3 +338,34 @@ def test_a_user_data_template_must_exist_and_parse(tmp_path: Path) -> None:
             load_config(path)
         (problem,) = caught.value.problems
         assert problem.startswith("user_data_template:") and expected in problem
+
+
+def test_a_template_with_an_unknown_placeholder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "typo.sh").write_text("#!/bin/sh\nexec ./run.sh --jitconfig ${jit_config} --name ${runer_name}\n")
+    path = tmp_path / "corral.yaml"
+    path.write_text(yaml.safe_dump({**document(), "user_data_template": "typo.sh"}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    (problem,) = caught.value.problems
+    assert problem.startswith("user_data_template:")
+    assert "unknown placeholder ${runer_name}; use ${jit_config}, ${runner_name}, " in problem
+
+
+def test_a_template_too_big_for_nova_with_a_real_jit_config_is_refused(tmp_path: Path) -> None:
+    """Nova's limit is on the base64 form: 65,535 characters, so 49,149 bytes of user data at most."""
+    header = "#!/bin/sh\nexport JIT='${jit_config}'\n# "
+    fits = 49_149 - SAMPLE_JIT_CONFIG_LENGTH - len(header.replace("${jit_config}", "")) - 1
+    path = tmp_path / "corral.yaml"
+    for padding, ok in [(fits, True), (fits + 1, False)]:
+        (tmp_path / "big.sh").write_text(header + "x" * padding + "\n")
+        path.write_text(yaml.safe_dump({**document(), "user_data_template": "big.sh"}))
+        if ok:
+            load_config(path)
+            continue
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        (problem,) = caught.value.problems
+        assert problem == (
+            "user_data_template: for pool small with a 4,096-character JIT config, rendered user data is 49,150 "
+            "bytes, 65,536 in base64, over Nova's limit of 65,535; shorten the template"
+        )

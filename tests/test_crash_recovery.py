@@ -110,7 +110,7 @@ def test_kill_9_then_restart_leaks_nothing(
 ) -> None:
     pool = pool_spec(["small"], min_idle=3, extra_volumes=[{"name": "cache", "size_gb": 5}], bootstrap_timeout="20s")
     document = corral_config(
-        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool}, reconcile_interval="0.3s"
+        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool}, reconcile_interval="1s"
     )
     slow = (
         "openstack POST /compute/v2.1/servers" if moment == "creation" else "openstack DELETE /compute/v2.1/servers/*"

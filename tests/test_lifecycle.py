@@ -4,6 +4,7 @@ switch the default. Servers and registrations are checked on both far ends, not 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import httpx
 import pytest
 from githubkit import GitHub, TokenAuthStrategy
 
+from corral.clock import utcnow
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.sandbox.server import Sandbox
 from tests.waiting import wait_until
@@ -207,7 +209,7 @@ def test_max_runners_caps_a_burst(
 def test_a_job_cancelled_while_waiting_gets_no_runner(
     sandbox: Sandbox, start_corral: Any, database_url: str, control: httpx.Client
 ) -> None:
-    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])}, stale_job_check="1ms")
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"])}, stale_job_check="1s")
     corral = start_corral(document)
     with corral.api() as api:
         api.post("/api/v1/pools/small/drain").raise_for_status()
@@ -216,6 +218,10 @@ def test_a_job_cancelled_while_waiting_gets_no_runner(
     control.put("/faults", json={"world": {"webhook_lose_rate": 1.0}}).raise_for_status()
     control.post(f"/jobs/{job['id']}/cancel").raise_for_status()  # its `completed` webhook is lost
     wait_until(lambda: control.get("/stats").json()["github"]["webhooks"]["lost"] >= 1, what="the lost webhook")
+    received = corral.service.store.job(job["id"])
+    assert received is not None
+    # stale_job_check cannot go below 1s: only a job queued that long is confirmed with GitHub first.
+    wait_until(lambda: utcnow() - received.received_at > timedelta(seconds=1), what="the job older than 1s")
     with corral.api() as api:
         api.post("/api/v1/pools/small/undrain").raise_for_status()
 

@@ -21,7 +21,7 @@ def start(sandbox: Sandbox, tmp_path: Path) -> Iterator[Any]:
     def make(auth: str) -> LocalCorral:
         document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
         # Only the missed-job scan can find the job: no stale-job checks within the test's time.
-        document.update(missed_job_scan="1s", stale_job_check="1h", reconcile_interval="0.5s")
+        document.update(missed_job_scan="1s", stale_job_check="1h", reconcile_interval="1s")
         if auth == "app":
             document["github"] = {
                 "url": sandbox.info.github_url,

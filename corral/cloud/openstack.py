@@ -39,6 +39,7 @@ from corral.cloud.provider import (
     CloudTransientError,
     ServerSpec,
 )
+from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 from corral.config import CloudConfig
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class OpenStackProvider:
     ) -> None:
         self.connection = connection
         self.installation = installation
+        keep_bodies_out_of_logs(connection)
         if connection.session.timeout is None:
             connection.session.timeout = timeout_s
         self._ids: dict[tuple[str, str], str] = {}

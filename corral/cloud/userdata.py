@@ -16,7 +16,11 @@ DEFAULT_RUNNER_DOWNLOAD_URL = (
     "https://github.com/actions/runner/releases/download/v2.329.0/actions-runner-linux-x64-2.329.0.tar.gz"
 )
 NOVA_USER_DATA_LIMIT = 65_535
-"""Nova refuses user data above 64 KiB (base64-encoded); checked here so the error names the template."""
+"""Nova refuses user data whose base64 form is longer than this; checked here so the error names the template."""
+PLACEHOLDERS = ("jit_config", "runner_name", "pool", "labels", "runner_download_url")
+SAMPLE_JIT_CONFIG_LENGTH = 4_096
+"""GitHub's `encoded_jit_config` is 2-3 KB of base64 (the sandbox's, ~3.8 KB); `corral config check` renders
+templates with one this long, so a template that passes the check does not fail on the first real runner."""
 
 
 class UserDataError(ValueError):
@@ -27,11 +31,23 @@ def default_template() -> str:
     return resources.files("corral.cloud").joinpath("templates/runner.sh").read_text()
 
 
+def base64_length(size: int) -> int:
+    """Characters in the base64 form of `size` bytes, padding included: what Nova measures."""
+    return 4 * ((size + 2) // 3)
+
+
 def load_template(path: Path | None) -> Template:
+    """The template at `path` (or the default), refused now if a render could never work."""
     text = default_template() if path is None else path.read_text()
     template = Template(text)
+    name = path or "default"
     if not template.is_valid():
-        raise UserDataError(f"user data template {path or 'default'}: invalid placeholder (use $$ for $)")
+        raise UserDataError(f"user data template {name}: invalid placeholder (use $$ for $)")
+    unknown = sorted(set(template.get_identifiers()) - set(PLACEHOLDERS))
+    if unknown:
+        known = ", ".join(f"${{{placeholder}}}" for placeholder in PLACEHOLDERS)
+        shown = ", ".join(f"${{{placeholder}}}" for placeholder in unknown)
+        raise UserDataError(f"user data template {name}: unknown placeholder {shown}; use {known} ($$ for a $)")
     return template
 
 
@@ -54,6 +70,10 @@ def render_user_data(
         )
     except KeyError as exc:
         raise UserDataError(f"user data template uses unknown placeholder ${{{exc.args[0]}}}") from None
-    if len(text.encode()) * 4 // 3 > NOVA_USER_DATA_LIMIT:
-        raise UserDataError("rendered user data is larger than Nova's 64 KiB limit; shorten the template")
+    size = len(text.encode())
+    if base64_length(size) > NOVA_USER_DATA_LIMIT:
+        raise UserDataError(
+            f"rendered user data is {size:,} bytes, {base64_length(size):,} in base64, over Nova's limit of "
+            f"{NOVA_USER_DATA_LIMIT:,}; shorten the template"
+        )
     return text

@@ -10,9 +10,13 @@ from corral.config import ConfigError, load_config
 from corral.store import Store
 
 
-def add_database_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="take database_url from this config file")
-    parser.add_argument("--database-url", help="database URL (overrides the config file)")
+def add_database_arguments(parser: argparse.ArgumentParser, *, repeated: bool = False) -> None:
+    """`--config` and `--database-url`; `repeated` for an action's own parser, so that `corral token create
+    --config c.yaml` works as well as `corral token --config c.yaml create` (an absent option there must not
+    overwrite one given before the action, hence no default)."""
+    default = argparse.SUPPRESS if repeated else None
+    parser.add_argument("--config", type=Path, default=default, help="take database_url from this config file")
+    parser.add_argument("--database-url", default=default, help="database URL (overrides the config file)")
 
 
 def open_store(args: argparse.Namespace, command: str) -> Store | None:

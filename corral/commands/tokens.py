@@ -24,6 +24,8 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     revoke = actions.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("id")
     revoke.set_defaults(handler=_revoke)
+    for action in (create, listing, revoke):
+        add_database_arguments(action, repeated=True)
 
 
 def _create(args: argparse.Namespace) -> int:

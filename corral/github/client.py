@@ -30,6 +30,7 @@ from githubkit_schemas.latest.models import (
     ReposOwnerRepoActionsRunsRunIdJobsGetResponse200,
 )
 
+from corral import secrets
 from corral.config import GitHubConfig, ScopeConfig
 from corral.github.ratelimit import RateGate
 from corral.metrics import GITHUB_CALL_SECONDS, GITHUB_CALLS, GITHUB_RATE_LIMIT_REMAINING
@@ -92,6 +93,9 @@ class JitConfig:
     runner_id: int
     runner_name: str
     encoded: str
+
+    def __post_init__(self) -> None:
+        secrets.register_encoded(self.encoded)
 
     def __repr__(self) -> str:
         return f"JitConfig(runner_id={self.runner_id}, runner_name={self.runner_name!r}, encoded=<secret>)"

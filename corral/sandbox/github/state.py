@@ -54,6 +54,8 @@ class GitHubState:
         self.scheduler = Scheduler(self.world, self._job_event)
         self.tokens: dict[str, tuple[Installation, float, dict[str, str]]] = {}
         self.tokens_issued = 0
+        # Every `encoded_jit_config` handed out since the last reset: tests look for them where none may be.
+        self.jit_configs_issued: list[str] = []
 
     def reset(self) -> None:
         """Drop runners, jobs, deliveries and issued tokens; restore rate limits and the webhook URL."""
