@@ -326,14 +326,9 @@ class CorralConfig(StrictModel):
     stale_job_check: Wait = 60.0
     """A job queued longer than this is confirmed with GitHub (one GET) before it gets a runner."""
     max_runners_per_job: int = Field(default=3, ge=1, le=20)
-<<<<<<< HEAD
     """Runners started for one job that may go to other jobs before the job is held back: after that it gets
     another runner only once GitHub confirms it still queued, after a backoff that doubles each time."""
-    missed_job_scan: Duration = 60.0
-=======
-    """Runners started on one job's behalf before corral gives up on it (a broken image, a lost job)."""
     missed_job_scan: Interval = 60.0
->>>>>>> config
     """How often to look for jobs whose webhook was lost: failed App deliveries, or queued runs."""
 
     @field_validator("pools")
