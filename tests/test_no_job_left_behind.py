@@ -161,7 +161,7 @@ def test_a_job_whose_completed_webhook_is_lost_is_completed_from_github(
 def test_at_the_rate_limit_corral_stops_calling_github_until_the_reset(
     sandbox: Sandbox, control: httpx.Client, start: StartCorral
 ) -> None:
-    start({"small": pool_spec(["small"], min_idle=1)}, reconcile_interval="0.2s")
+    start({"small": pool_spec(["small"], min_idle=1)}, reconcile_interval="1s")
     wait_until(lambda: online_per_pool(sandbox) == {"small": 1}, what="a warm runner")
     control.put("/rate-limit", json={"remaining": 0, "reset_in": 6}).raise_for_status()
     first = queue_job(control, ["small"])
