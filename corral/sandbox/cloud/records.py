@@ -117,6 +117,7 @@ class Attachment:
     volume_id: str
     delete_on_termination: bool
     device: str
+    tag: str | None = None
 
 
 @dataclass(slots=True)

@@ -68,6 +68,9 @@ class VolumeRequest:
     image_id: str | None = None
     volume_id: str | None = None
     volume_type: str | None = None
+    device: str = ""
+    """The guest's device name, in boot order (`/dev/vda` for the root disk); empty: by position."""
+    tag: str | None = None
 
 
 @dataclass
@@ -201,7 +204,7 @@ class CloudState:
 
     # -- quotas --------------------------------------------------------------------------------
 
-    def _check_nova_quota(self, flavor: Flavor) -> None:
+    def check_nova_quota(self, flavor: Flavor) -> None:
         """Nova checks instances, then cores, then ram, and names every quota that would be exceeded."""
         wanted = {"instances": 1, "cores": flavor.vcpus, "ram": flavor.ram}
         over = [
@@ -238,7 +241,7 @@ class CloudState:
 
     def create_server(self, request: ServerRequest) -> Server:
         """Accept a boot: the server is BUILD at once and ACTIVE (or ERROR) after the boot delay."""
-        self._check_nova_quota(request.flavor)
+        self.check_nova_quota(request.flavor)
         moment = now()
         server = Server(
             id=str(uuid.uuid4()),
@@ -288,11 +291,11 @@ class CloudState:
                     image_id=request.image_id,
                 )
                 volume_id = volume.id
-            device = "/dev/vd" + "abcdefghijklmnopqrstuvwxyz"[index % 26]
+            device = request.device or "/dev/vd" + "abcdefghijklmnopqrstuvwxyz"[index % 26]
             volume = self.volumes[volume_id]
             volume.status, volume.server_id, volume.device = "reserved", server.id, device
             volume.attachment_id = str(uuid.uuid4())
-            server.attachments.append(Attachment(volume_id, request.delete_on_termination, device))
+            server.attachments.append(Attachment(volume_id, request.delete_on_termination, device, request.tag))
         return None
 
     def _plug(self, server: Server, nic: NicRequest) -> str:
