@@ -90,3 +90,20 @@ def test_novas_refusal_is_a_rejection_carrying_novas_message(
         provider.create_server(spec("bad-type", volumes=volumes))
     assert "HTTP 400: Volume type no-such-type could not be found." in str(refused.value)
     assert list(os_conn.compute.servers()) == [], "a refused create makes no server"
+
+
+def test_novas_refusal_stays_a_rejection_when_rechecking_the_names_fails(
+    sandbox: Sandbox, provider: OpenStackProvider
+) -> None:
+    """A refused create made with cached ids looks the names up again (an image may have been rebuilt):
+    if Glance is down just then, the refusal is still Nova's, not a transient error to retry for ever."""
+    provider.create_server(spec("warm-cache"))
+    volumes = (VolumeConfig(name="docker", size_gb=1, type="no-such-type"),)
+    glance_down = {"endpoints": [{"match": "openstack GET /image/*", "error_rate": 1.0, "status": 500}]}
+    sandbox.call(lambda: sandbox.world.faults.configure(glance_down))
+    try:
+        with pytest.raises(CloudRequestRejected) as refused:
+            provider.create_server(spec("bad-type", volumes=volumes))
+    finally:
+        sandbox.call(lambda: sandbox.world.faults.configure({"endpoints": []}))
+    assert "HTTP 400: Volume type no-such-type could not be found." in str(refused.value)

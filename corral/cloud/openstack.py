@@ -409,14 +409,18 @@ class OpenStackProvider:
         ids = self._resolve(spec)
         try:
             return self._post(spec, ids)
-        except CloudRequestRejected:
+        except CloudRequestRejected as refused:
             # Nova's refusal does not say which id it could not find ("Can not find requested image"), so
             # ask the names again: if one now means another resource, the cached id was stale. A refused
             # create made nothing, so sending it again with the fresh ids is safe.
             if not ids.cached:
                 raise
             self._forget(ids.cached)
-            fresh = self._resolve(spec)
+            try:
+                fresh = self._resolve(spec)
+            except CloudTransientError:
+                # The names cannot be checked just now; Nova's refusal is still the answer to this create.
+                raise refused from None
             if (fresh.image, fresh.flavor, fresh.networks) == (ids.image, ids.flavor, ids.networks):
                 raise
             logger.info("create server %s: names resolved to new ids; sending the create again", spec.name)
