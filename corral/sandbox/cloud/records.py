@@ -118,6 +118,8 @@ class Attachment:
     delete_on_termination: bool
     device: str
     tag: str | None = None
+    bdm_uuid: str = ""
+    """The block device mapping's own id, shown from 2.89."""
 
 
 @dataclass(slots=True)

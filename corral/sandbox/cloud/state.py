@@ -295,7 +295,9 @@ class CloudState:
             volume = self.volumes[volume_id]
             volume.status, volume.server_id, volume.device = "reserved", server.id, device
             volume.attachment_id = str(uuid.uuid4())
-            server.attachments.append(Attachment(volume_id, request.delete_on_termination, device, request.tag))
+            server.attachments.append(
+                Attachment(volume_id, request.delete_on_termination, device, request.tag, str(uuid.uuid4()))
+            )
         return None
 
     def _plug(self, server: Server, nic: NicRequest) -> str:
