@@ -109,6 +109,7 @@ class CloudState:
     - `snapshot()`: counts for `/_sandbox/stats` (servers by status, created, deleted, volumes...).
     - `set_quota(**limits)`: instances, cores, ram, volumes, gigabytes for the sandbox project.
     - `quota_view()`: each quota's limit and what is in use.
+    - `add_network(name, cidr)`: one more tenant network with a subnet.
     - `reset()`: drop what was created at run time, restore default quotas and seeded resources.
     """
 
@@ -166,6 +167,27 @@ class CloudState:
         if unknown:
             raise ValueError(f"unknown quotas {sorted(unknown)}; known: {sorted(self.quota)}")
         self.quota.update(limits)
+
+    def add_network(self, name: str, cidr: str) -> Network:
+        """A tenant network with one subnet, as an operator would add it (the sandbox's Neutron has no
+        create call); for tests that need a second network. `reset()` forgets it."""
+        block = ipaddress.IPv4Network(cidr)
+        created = iso_z(now())
+        network_id = str(uuid.uuid4())
+        subnet = Subnet(
+            id=str(uuid.uuid4()),
+            name=f"{name}-subnet",
+            network_id=network_id,
+            cidr=cidr,
+            gateway_ip=str(block[1]),
+            allocation_start=str(block[2]),
+            allocation_end=str(block[-2]),
+            created_at=created,
+        )
+        network = Network(id=network_id, name=name, subnet_ids=[subnet.id], created_at=created)
+        self.networks[network.id], self.subnets[subnet.id] = network, subnet
+        self._next_ip[subnet.id] = int(block[2])
+        return network
 
     def quota_view(self) -> dict[str, dict[str, int]]:
         return {name: {"limit": limit, "in_use": self.used[name]} for name, limit in self.quota.items()}
