@@ -400,7 +400,7 @@ def test_volume_quota_fails_the_build(sandbox: Sandbox, os_conn: Conn) -> None:
     assert "VolumeSizeExceedsAvailableQuota" in os_conn.compute.get_server(server.id).fault["message"]
 
 
-def test_server_on_a_second_network_gets_a_port_on_each(sandbox: Sandbox, os_conn: Conn) -> None:
+def test_server_on_a_second_network_gets_a_port_and_its_groups_on_each(sandbox: Sandbox, os_conn: Conn) -> None:
     second = sandbox.call(lambda: sandbox.world.cloud.add_network("builds", "198.51.100.0/24"))
     server = os_conn.compute.create_server(
         name="two-nics",
@@ -412,7 +412,9 @@ def test_server_on_a_second_network_gets_a_port_on_each(sandbox: Sandbox, os_con
     ports = {port.network_id: port for port in os_conn.network.ports(device_id=server.id)}
     assert set(ports) == {network_id(os_conn, "private"), second.id}
     assert ports[second.id].fixed_ips[0]["ip_address"] == "198.51.100.2"
-    assert sorted(os_conn.compute.get_server(server.id).addresses) == ["builds", "private"]
+    shown = os_conn.compute.get_server(server.id)
+    assert sorted(shown.addresses) == ["builds", "private"]
+    assert shown.security_groups == [{"name": "default"}, {"name": "default"}], "Nova lists groups per port"
 
 
 def test_server_group_hint_and_membership(os_conn: Conn) -> None:
