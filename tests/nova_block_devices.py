@@ -104,11 +104,11 @@ REFUSALS: list[tuple[str, Any, bool, str, str]] = [
     ),
     (
         "volume_type before 2.67",
-        [local_root(), blank(volume_type="ssd")],
+        [local_root(), blank(volume_type="fast")],
         True,
         "2.66",
         "Invalid input for field/attribute 1. Value: {'source_type': 'blank', 'destination_type': 'volume', "
-        "'volume_size': 1, 'boot_index': -1, 'delete_on_termination': True, 'volume_type': 'ssd'}. "
+        "'volume_size': 1, 'boot_index': -1, 'delete_on_termination': True, 'volume_type': 'fast'}. "
         "Additional properties are not allowed ('volume_type' was unexpected)",
     ),
     (
@@ -122,7 +122,7 @@ REFUSALS: list[tuple[str, Any, bool, str, str]] = [
     ),
     (
         "a volume type on a local disk",
-        [local_root(volume_type="ssd")],
+        [local_root(volume_type="fast")],
         True,
         LATEST,
         "Block Device Mapping is Invalid: Specifying a volume_type with destination_type=local is not supported.",
@@ -258,9 +258,9 @@ ACCEPTED: list[tuple[str, list[Any], bool, list[tuple[int, str, bool, str]]]] = 
     ("a boot volume, with imageRef", [boot_volume()], True, [(1, "__DEFAULT__", True, "/dev/vda")]),
     (
         "a boot volume and a blank volume",
-        [boot_volume(), blank(volume_size=2, volume_type="ssd")],
+        [boot_volume(), blank(volume_size=2, volume_type="__DEFAULT__")],
         False,
-        [(1, "__DEFAULT__", True, "/dev/vda"), (2, "ssd", False, "/dev/vdb")],
+        [(1, "__DEFAULT__", True, "/dev/vda"), (2, "__DEFAULT__", False, "/dev/vdb")],
     ),
     (
         "boot indexes 0 and 1",
