@@ -1,5 +1,7 @@
 """One scripted sequence of Nova calls, run with openstacksdk against any cloud, reduced to what corral can
-observe: status sequences, body shapes, error shapes and messages, filter results.
+observe: status sequences, body shapes, error shapes and messages, filter results; then servers made from
+block device mappings and from an all-pairs set of pools through corral's own provider (tests/live/pools.py),
+each reduced to its outcome, status, options, ports per network and volumes.
 
 `run_script(side)` drives one cloud and returns its `Observations` (behaviour name -> a normalized, printable
 value); `compare(a, b)` lines two of them up. Values are normalized so that what necessarily differs between
@@ -25,9 +27,18 @@ import openstack.connection
 from openstack.compute.v2 import server as _server
 
 from corral.cloud.openstack import OpenStackProvider
-from corral.cloud.provider import CloudError
+from corral.cloud.provider import CloudError, ServerSpec
 from corral.config import VolumeConfig
-from tests.live.pools import NO_OPTIONS, NO_VOLUMES, POOL_FACTORS, PoolNames, all_pairs, describe, pool_metadata
+from tests.live.pools import (
+    NO_OPTIONS,
+    NO_VOLUMES,
+    POOL_FACTORS,
+    PoolNames,
+    all_pairs,
+    describe,
+    pool_metadata,
+    volume_count,
+)
 from tests.nova_block_devices import ACCEPTED, REFUSALS, local_root, render
 
 UNOBSERVABLE = "<not observable on this cloud>"
@@ -503,7 +514,7 @@ class Script:
         for index, row in enumerate(all_pairs(factors), start=1):
             spec = self.side.pool.spec(f"{self.side.prefix}-pool{index}", row, self.pool_metadata(f"pool{index}"))
             label = f"pool {index} ({describe(row)})"
-            creates.append(Create(label, self.side.pool.volume_count(row), partial(self.post_pool, spec)))
+            creates.append(Create(label, volume_count(row), partial(self.post_pool, spec)))
         refused = self.side.pool.spec(f"{self.side.prefix}-refused", NO_OPTIONS, self.pool_metadata("refused"))
         refused = replace(refused, volumes=(VolumeConfig(name="disk", size_gb=1, type="corral-diff-no-such-type"),))
         creates.append(Create("pool with an unknown volume type", 1, partial(self.post_pool, refused)))
@@ -522,7 +533,7 @@ class Script:
             raise Refused(f"HTTP {status}: {self.normalize(json.dumps(payload, sort_keys=True))}")
         return str(payload["server"]["id"])
 
-    def post_pool(self, spec: Any) -> str:
+    def post_pool(self, spec: ServerSpec) -> str:
         server = self.side.provider.create_server(spec)
         self.side.created.append(server.id)
         return server.id
@@ -554,13 +565,12 @@ class Script:
         code, shown = self.show(server_id)
         server = shown.get("server", {}) if code == 200 else {}
         image = server.get("image")
+        pools_image = isinstance(image, dict) and image.get("id") == self.side.image
         fault = server.get("fault") or {}
         self.seen.record(
             f"{label}: server",
             {
-                "image": "the pool's image"
-                if isinstance(image, dict) and image.get("id") == self.side.image
-                else image,
+                "image": "the pool's image" if pools_image else image,
                 "fault": self.normalize(str(fault.get("message", ""))).strip(),
                 "key_name": self.name_of(server.get("key_name")),
                 "availability_zone": server.get("OS-EXT-AZ:availability_zone"),

@@ -120,8 +120,9 @@ class PoolNames:
             user_data="#cloud-config\n{}\n",
         )
 
-    def volume_count(self, row: Row) -> int:
-        return int(row["boot volume"]) + int(row["extra volumes"])
+
+def volume_count(row: Row) -> int:
+    return int(row["boot volume"]) + int(row["extra volumes"])
 
 
 def pool_metadata(installation: str, runner: str, marker: dict[str, str]) -> dict[str, str]:
