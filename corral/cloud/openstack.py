@@ -331,7 +331,23 @@ class OpenStackProvider:
             query = {**params, "marker": page[-1]["id"]}
 
     def _block_devices(self, spec: ServerSpec, image_id: str) -> list[dict[str, Any]]:
+        """The pool's disks as Nova's block device mappings, the boot device at index 0.
+
+        Mappings replace the image's implicit root disk, and Nova refuses mappings without a boot device
+        ("Boot sequence ... is not valid"): a pool with extra volumes but no boot volume maps the image's
+        own local disk first. Nova accepts that mapping only next to `imageRef` naming the same image.
+        """
         devices: list[dict[str, Any]] = []
+        if not spec.boot_volume_gb and spec.volumes:
+            devices.append(
+                {
+                    "boot_index": 0,
+                    "uuid": image_id,
+                    "source_type": "image",
+                    "destination_type": "local",
+                    "delete_on_termination": True,
+                }
+            )
         if spec.boot_volume_gb:
             boot: dict[str, Any] = {
                 "boot_index": 0,
@@ -369,7 +385,7 @@ class OpenStackProvider:
             "config_drive": spec.config_drive,
         }
         if not spec.boot_volume_gb:
-            attrs["image_id"] = ids.image
+            attrs["image_id"] = ids.image  # also with a local image mapping, which Nova requires it for
         devices = self._block_devices(spec, ids.image)
         if devices:
             attrs["block_device_mapping"] = devices
@@ -398,14 +414,18 @@ class OpenStackProvider:
         ids = self._resolve(spec)
         try:
             return self._post(spec, ids)
-        except CloudRequestRejected:
+        except CloudRequestRejected as refused:
             # Nova's refusal does not say which id it could not find ("Can not find requested image"), so
             # ask the names again: if one now means another resource, the cached id was stale. A refused
             # create made nothing, so sending it again with the fresh ids is safe.
             if not ids.cached:
                 raise
             self._forget(ids.cached)
-            fresh = self._resolve(spec)
+            try:
+                fresh = self._resolve(spec)
+            except CloudTransientError:
+                # The names cannot be checked just now; Nova's refusal is still the answer to this create.
+                raise refused from None
             if (fresh.image, fresh.flavor, fresh.networks) == (ids.image, ids.flavor, ids.networks):
                 raise
             logger.info("create server %s: names resolved to new ids; sending the create again", spec.name)

@@ -1,5 +1,7 @@
 """One scripted sequence of Nova calls, run with openstacksdk against any cloud, reduced to what corral can
-observe: status sequences, body shapes, error shapes and messages, filter results.
+observe: status sequences, body shapes, error shapes and messages, filter results; then servers made from
+block device mappings and from an all-pairs set of pools through corral's own provider (tests/live/pools.py),
+each reduced to its outcome, status, options, ports per network and volumes.
 
 `run_script(side)` drives one cloud and returns its `Observations` (behaviour name -> a normalized, printable
 value); `compare(a, b)` lines two of them up. Values are normalized so that what necessarily differs between
@@ -14,13 +16,30 @@ import json
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import openstack.connection
 from openstack.compute.v2 import server as _server
+
+from corral.cloud.openstack import OpenStackProvider
+from corral.cloud.provider import CloudError, ServerSpec
+from corral.config import VolumeConfig
+from tests.live.pools import (
+    NO_OPTIONS,
+    NO_VOLUMES,
+    POOL_FACTORS,
+    PoolNames,
+    all_pairs,
+    describe,
+    pool_metadata,
+    volume_count,
+)
+from tests.nova_block_devices import ACCEPTED, REFUSALS, local_root, render
 
 UNOBSERVABLE = "<not observable on this cloud>"
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -30,6 +49,12 @@ is a member, as corral's should be."""
 MEMBER_VISIBLE_EXT_SRV_ATTR = frozenset({"OS-EXT-SRV-ATTR:hostname"})
 """The one OS-EXT-SRV-ATTR field a project member sees (from 2.90)."""
 POLL_INTERVAL_S = 0.2
+DEVICE_RE = re.compile(r"^/dev/(?:xv|v|s|h)d([a-z]+)$")
+"""A disk's device name; only its letter (its place in the boot order) is the cloud's doing, the prefix is the
+virt driver's (libvirt says vda, ministack's fake driver sda)."""
+BATCH_SERVERS, BATCH_VOLUMES = 4, 8
+"""Servers the creates section keeps at once, within a default project quota (10 instances, 10 volumes)
+next to what the rest of the script holds."""
 ERROR_BEHAVIOURS = (
     "create a server that cannot be placed: status",
     "status sequence of a failing server",
@@ -62,6 +87,12 @@ class Side:
     """Yields a flavor id whose boot ends in ERROR with a fault while the block lasts, or None."""
     no_instance_room: Callable[[], AbstractContextManager[bool]]
     """Leaves the project no room for another instance for the block; yields False if it cannot."""
+    provider: OpenStackProvider
+    """corral's provider on this cloud, for the pools' creates."""
+    installation: str
+    pool: PoolNames
+    volumes: bool = True
+    """Whether the cloud has Cinder; without it, creates that need volumes are not observable."""
     timeout: float = 60.0
     created: list[str] = field(default_factory=list)
 
@@ -112,12 +143,16 @@ class Script:
         self.compute = side.conn.compute
         self.seen = Observations()
         self.labels: dict[str, str] = {}
+        self.network_names: dict[str, str] = {}
+        """Network ids of the pools' networks, to their names."""
         self.version = str(_server.Server._get_microversion(self.compute))
 
     # -- raw calls at the negotiated microversion ----------------------------------------------------
 
-    def call(self, method: str, path: str, body: Any = None, **params: str) -> tuple[int, Any]:
-        kwargs: dict[str, Any] = {"microversion": self.version, "raise_exc": False}
+    def call(
+        self, method: str, path: str, body: Any = None, *, version: str | None = None, **params: str
+    ) -> tuple[int, Any]:
+        kwargs: dict[str, Any] = {"microversion": version or self.version, "raise_exc": False}
         if body is not None:
             kwargs["json"] = body
         if params:
@@ -131,7 +166,13 @@ class Script:
 
     def normalize(self, text: str) -> str:
         text = text.replace(self.side.prefix, "{prefix}").replace(f"'{self.side.flavor}'", "'{flavor}'")
+        for name, placeholder in sorted(self.side.pool.placeholders.items(), key=lambda item: -len(item[0])):
+            text = text.replace(f"'{name}'", f"'{placeholder}'").replace(f" {name} ", f" {placeholder} ")
         return UUID_RE.sub("{uuid}", text)
+
+    def name_of(self, name: Any) -> Any:
+        """A name the pool uses, as it compares between two clouds."""
+        return self.side.pool.placeholders.get(name, name) if isinstance(name, str) else name
 
     def error(self, behaviour: str, status: int, body: Any) -> None:
         """An error as two behaviours: its shape (status, fault key, code, fields) and its message."""
@@ -165,12 +206,24 @@ class Script:
     def create(
         self, suffix: str, *, flavor: str | None = None, image: str | None = None, **extra: Any
     ) -> tuple[int, Any]:
-        status, payload = self.call("POST", "/servers", self.create_body(suffix, flavor=flavor, image=image, **extra))
+        body = self.create_body(suffix, flavor=flavor, image=image, **extra)
+        status, payload = self.post_server(body)
         if status == 202:
-            server_id = str(payload["server"]["id"])
-            self.side.created.append(server_id)
-            self.labels[server_id] = suffix
+            self.labels[str(payload["server"]["id"])] = suffix
         return status, payload
+
+    def post_server(self, body: Any, version: str | None = None) -> tuple[int, Any]:
+        """`POST /servers`; a server it makes is deleted at the end, even one the script expected refused."""
+        status, payload = self.call("POST", "/servers", body, version=version)
+        if status == 202:
+            self.side.created.append(str(payload["server"]["id"]))
+        return status, payload
+
+    def mappings_body(self, suffix: str, mappings: Any, *, with_image: bool) -> Any:
+        body = self.create_body(suffix, block_device_mapping_v2=render(mappings, self.side.image))
+        if not with_image:
+            del body["server"]["imageRef"]
+        return body
 
     def statuses(self, server_ids: list[str]) -> dict[str, list[str]]:
         """Each server's status sequence (repeats collapsed) from right after create until it leaves BUILD."""
@@ -245,6 +298,13 @@ class Script:
         ]
         for behaviour, extra in refusals:
             self.error(f"create with {behaviour}", *self.call("POST", "/servers", self.create_body("x", **extra)))
+        # block device mappings Nova refuses, and where (tests/nova_block_devices.py)
+        for behaviour, mappings, with_image, version, _ in REFUSALS:
+            body = self.mappings_body("bdm", mappings, with_image=with_image)
+            self.error(f"create with {behaviour}", *self.post_server(body, version))
+        no_source = [local_root(), {"destination_type": "volume", "uuid": missing, "volume_size": 1}]
+        body = self.mappings_body("bdm", no_source, with_image=True)
+        self.error("create with a mapping with a uuid but no source type", *self.post_server(body))
         code, body = self.call("GET", "/servers", **{"changes-since": "yesterday"})
         self.error("list with an invalid changes-since", code, body)
         response = self.compute.request("/servers", "GET", microversion="2.999", raise_exc=False)
@@ -435,11 +495,157 @@ class Script:
         self.error("metadata of a deleted server", *self.call("GET", f"/servers/{ids['a']}/metadata"))
         return seen
 
+    # -- creates that boot: raw mappings, and pools through corral's provider ---------------------------
+
+    def run_creates(self) -> None:
+        """Servers made from accepted mappings and from an all-pairs set of pools, each observed as corral
+        and its guests would see it, a few at a time to stay within a default project quota."""
+        network = self.side.conn.network
+        self.network_names = {
+            network.find_network(name, ignore_missing=False).id: name
+            for name in (self.side.pool.network, self.side.pool.second_network)
+        }
+        creates: list[Create] = []
+        for behaviour, mappings, with_image, _ in ACCEPTED:
+            body = self.mappings_body("bdm-ok", mappings, with_image=with_image)
+            volumes = sum(isinstance(m, dict) and m.get("destination_type") == "volume" for m in mappings)
+            creates.append(Create(f"create with {behaviour}", volumes, partial(self.post_raw, body)))
+        factors = POOL_FACTORS if self.side.volumes else {**POOL_FACTORS, **NO_VOLUMES}
+        for index, row in enumerate(all_pairs(factors), start=1):
+            spec = self.side.pool.spec(f"{self.side.prefix}-pool{index}", row, self.pool_metadata(f"pool{index}"))
+            label = f"pool {index} ({describe(row)})"
+            creates.append(Create(label, volume_count(row), partial(self.post_pool, spec)))
+        refused = self.side.pool.spec(f"{self.side.prefix}-refused", NO_OPTIONS, self.pool_metadata("refused"))
+        refused = replace(refused, volumes=(VolumeConfig(name="disk", size_gb=1, type="corral-diff-no-such-type"),))
+        creates.append(Create("pool with an unknown volume type", 1, partial(self.post_pool, refused)))
+        for create in creates:
+            if create.volumes and not self.side.volumes:
+                self.seen.record(f"{create.label}: outcome", UNOBSERVABLE)
+        for batch in batches([create for create in creates if self.side.volumes or not create.volumes]):
+            self.observe_batch(batch)
+
+    def pool_metadata(self, runner: str) -> dict[str, str]:
+        return pool_metadata(self.side.installation, runner, self.side.marker)
+
+    def post_raw(self, body: Any) -> str:
+        status, payload = self.post_server(body)
+        if status != 202:
+            raise Refused(f"HTTP {status}: {self.normalize(json.dumps(payload, sort_keys=True))}")
+        return str(payload["server"]["id"])
+
+    def post_pool(self, spec: ServerSpec) -> str:
+        server = self.side.provider.create_server(spec)
+        self.side.created.append(server.id)
+        return server.id
+
+    def observe_batch(self, batch: list[Create]) -> None:
+        started: dict[str, str] = {}
+        for create in batch:
+            try:
+                started[create.label] = create.start()
+            except (CloudError, Refused) as exc:
+                self.seen.record(f"{create.label}: outcome", f"{type(exc).__name__}: {self.normalize(str(exc))}")
+                continue
+            self.seen.record(f"{create.label}: outcome", "created")
+        sequences = self.statuses(list(started.values()))
+        volumes: set[str] = set()
+        for label, server_id in started.items():
+            # The final status only: how much of BUILD a poll sees depends on how long the other creates took.
+            self.seen.record(f"{label}: status", sequences[server_id][-1])
+            volumes |= self.observe_server(label, server_id)
+        for server_id in started.values():
+            self.call("DELETE", f"/servers/{server_id}")
+        gone = all([self.wait_unlisted(server_id) for server_id in started.values()])
+        if started:
+            labels = ", ".join(started)
+            self.seen.record(f"deleted with their volumes: {labels}", gone and self.wait_volumes_gone(volumes))
+
+    def observe_server(self, label: str, server_id: str) -> set[str]:
+        """What a pool's server turned out to be; the ids of its volumes."""
+        code, shown = self.show(server_id)
+        server = shown.get("server", {}) if code == 200 else {}
+        image = server.get("image")
+        pools_image = isinstance(image, dict) and image.get("id") == self.side.image
+        fault = server.get("fault") or {}
+        self.seen.record(
+            f"{label}: server",
+            {
+                "image": "the pool's image" if pools_image else image,
+                "fault": self.normalize(str(fault.get("message", ""))).strip(),
+                "key_name": self.name_of(server.get("key_name")),
+                "availability_zone": server.get("OS-EXT-AZ:availability_zone"),
+                "config_drive": server.get("config_drive"),
+                "security_groups": sorted(self.name_of(group["name"]) for group in server.get("security_groups", [])),
+                "address networks": sorted(self.name_of(name) for name in server.get("addresses", {})),
+                "volumes_attached": len(server.get("os-extended-volumes:volumes_attached", [])),
+            },
+        )
+        ports = Counter(
+            str(self.name_of(self.network_names.get(port.network_id, port.network_id)))
+            for port in self.side.conn.network.ports(device_id=server_id)
+        )
+        self.seen.record(f"{label}: ports per network", dict(sorted(ports.items())))
+        code, listing = self.call("GET", f"/servers/{server_id}/os-volume_attachments")
+        attachments = listing.get("volumeAttachments", []) if code == 200 else []
+        disks = []
+        for attachment in attachments:
+            volume = self.side.conn.block_storage.get_volume(attachment["volumeId"])
+            device = DEVICE_RE.match(str(attachment.get("device")))
+            disks.append(
+                {
+                    "device": device.group(1) if device else attachment.get("device"),
+                    "tag": attachment.get("tag"),
+                    "delete_on_termination": attachment.get("delete_on_termination"),
+                    "size": volume.size,
+                    "type": self.name_of(volume.volume_type),
+                    "bootable": volume.is_bootable,
+                    "status": volume.status,
+                    "name": self.normalize(volume.name or ""),
+                }
+            )
+        self.seen.record(f"{label}: volumes", sorted(disks, key=lambda disk: str(disk["device"])))
+        return {str(attachment["volumeId"]) for attachment in attachments}
+
+    def wait_volumes_gone(self, volume_ids: set[str]) -> bool:
+        """Volumes leave Cinder a little after their server leaves Nova's listing."""
+        deadline = time.monotonic() + self.side.timeout
+        while time.monotonic() < deadline:
+            if not volume_ids & {volume.id for volume in self.side.conn.block_storage.volumes()}:
+                return True
+            time.sleep(POLL_INTERVAL_S)
+        return False
+
     def cleanup(self) -> list[str]:
         """Delete what the script made; the ids still listed after waiting."""
         for server_id in self.side.created:
             self.call("DELETE", f"/servers/{server_id}")
         return [server_id for server_id in self.side.created if not self.wait_unlisted(server_id)]
+
+
+class Refused(Exception):
+    """A raw create the cloud did not accept, with its answer."""
+
+
+@dataclass(frozen=True)
+class Create:
+    """One create of the creates section: what it is called, how many volumes it asks for, how to start it
+    (returns the server id, raises `CloudError` or `Refused`)."""
+
+    label: str
+    volumes: int
+    start: Callable[[], str]
+
+
+def batches(creates: list[Create]) -> Iterator[list[Create]]:
+    """Consecutive groups of at most BATCH_SERVERS servers and BATCH_VOLUMES volumes."""
+    batch: list[Create] = []
+    for create in creates:
+        if batch and (len(batch) == BATCH_SERVERS or sum(c.volumes for c in batch) + create.volumes > BATCH_VOLUMES):
+            yield batch
+            batch = []
+        batch.append(create)
+    if batch:
+        yield batch
 
 
 @contextmanager
@@ -449,6 +655,7 @@ def run_script(side: Side) -> Iterator[Observations]:
     try:
         try:
             script.run()
+            script.run_creates()
             script.seen.record("the script ran to its end", "yes")
         except Exception as exc:  # recorded, so the comparison still shows everything observed until then
             stopped = f"stopped by {type(exc).__name__}: {script.normalize(str(exc))[:300]}"

@@ -142,3 +142,22 @@ def test_owned_server_is_listed_with_its_pool_and_runner(provider: OpenStackProv
     assert server.status == "ACTIVE"
     assert not server.is_error and not server.is_stopped
     assert server.created_at is not None
+
+
+def test_extra_volumes_without_a_boot_volume_boot_the_image_from_its_local_disk(
+    live: LiveCloud, provider: OpenStackProvider, discard: list[str]
+) -> None:
+    """Nova refuses mappings with no boot device: corral maps the image's local disk at boot index 0."""
+    if not live.has_volumes:
+        pytest.skip("the cloud has no block-storage service")
+    spec = live.spec("extra-only", volumes=(VolumeConfig(name="scratch", size_gb=1, type=live.volume_type),))
+    created = provider.create_server(spec)
+    discard.append(created.id)
+    server = live.wait_status(created.id, "ACTIVE", "ERROR")
+    assert server.status == "ACTIVE", f"the server went to {server.status}: {server.fault}"
+    assert server.image.id == live.observer.image.find_image(live.image, ignore_missing=False).id
+    attachments, volumes = _attached_volumes(live, Made(spec, created, server))
+    assert [a.tag for a in attachments] == ["scratch"]
+    assert attachments[0].delete_on_termination
+    volume = volumes[attachments[0].volume_id]
+    assert (volume.size, volume.volume_type, volume.is_bootable) == (1, live.volume_type, False)

@@ -11,6 +11,7 @@ from openstack import exceptions as os_exceptions
 
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudQuotaExceeded, CloudRequestRejected, CloudServer
+from corral.config import VolumeConfig
 from tests.live.support import ApiCounter, LiveCloud, exhausted_quota, poll
 
 
@@ -45,6 +46,19 @@ def test_nova_refusal_is_rejected_with_novas_reason_and_makes_no_server(
         provider.create_server(spec)
     assert "HTTP 400" in str(refused.value)
     assert reason in str(refused.value), "the refusal should carry Nova's reason"
+    assert spec.metadata["corral-runner"] not in {server.runner_id for server in provider.list_servers()}
+
+
+def test_block_device_refusal_is_rejected_with_novas_message(live: LiveCloud, provider: OpenStackProvider) -> None:
+    """A pool whose every create Nova refuses (here: an extra volume of a type Cinder lacks) must reach the
+    engine as a rejection with Nova's words, not as a transient error to retry for ever."""
+    if not live.has_volumes:
+        pytest.skip("the cloud has no block-storage service")
+    missing = f"corral-live-missing-{uuid.uuid4().hex[:6]}"
+    spec = live.spec("refused-volume-type", volumes=(VolumeConfig(name="scratch", size_gb=1, type=missing),))
+    with pytest.raises(CloudRequestRejected) as refused:
+        provider.create_server(spec)
+    assert f"HTTP 400: Volume type {missing} could not be found." in str(refused.value)
     assert spec.metadata["corral-runner"] not in {server.runner_id for server in provider.list_servers()}
 
 

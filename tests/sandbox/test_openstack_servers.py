@@ -400,6 +400,23 @@ def test_volume_quota_fails_the_build(sandbox: Sandbox, os_conn: Conn) -> None:
     assert "VolumeSizeExceedsAvailableQuota" in os_conn.compute.get_server(server.id).fault["message"]
 
 
+def test_server_on_a_second_network_gets_a_port_and_its_groups_on_each(sandbox: Sandbox, os_conn: Conn) -> None:
+    second = sandbox.call(lambda: sandbox.world.cloud.add_network("builds", "198.51.100.0/24"))
+    server = os_conn.compute.create_server(
+        name="two-nics",
+        image_id=image_id(os_conn, "cirros"),
+        flavor_id="1",
+        networks=[{"uuid": network_id(os_conn, "private")}, {"uuid": second.id}],
+    )
+    wait_for_status(os_conn, server.id, "ACTIVE")
+    ports = {port.network_id: port for port in os_conn.network.ports(device_id=server.id)}
+    assert set(ports) == {network_id(os_conn, "private"), second.id}
+    assert ports[second.id].fixed_ips[0]["ip_address"] == "198.51.100.2"
+    shown = os_conn.compute.get_server(server.id)
+    assert sorted(shown.addresses) == ["builds", "private"]
+    assert shown.security_groups == [{"name": "default"}, {"name": "default"}], "Nova lists groups per port"
+
+
 def test_server_group_hint_and_membership(os_conn: Conn) -> None:
     group = os_conn.compute.create_server_group(name="spread", policy="soft-anti-affinity")
     server = boot(os_conn, "grouped", scheduler_hints={"group": group.id})

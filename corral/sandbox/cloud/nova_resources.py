@@ -15,9 +15,10 @@ from fastapi import APIRouter, Request, Response
 from corral.sandbox.cloud.clock import iso_micro, now
 from corral.sandbox.cloud.errors import ApiError
 from corral.sandbox.cloud.microversion import NOVA
+from corral.sandbox.cloud.nova_schema import invalid
 from corral.sandbox.cloud.nova_views import links
 from corral.sandbox.cloud.records import Flavor, Keypair, ServerGroup
-from corral.sandbox.cloud.server_request import MAX_METADATA_ITEMS, invalid
+from corral.sandbox.cloud.server_request import MAX_METADATA_ITEMS
 from corral.sandbox.cloud.service import json_body, no_content, respond, service_router, version_at_least
 
 if TYPE_CHECKING:

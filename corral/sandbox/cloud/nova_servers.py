@@ -1,5 +1,5 @@
 """Nova's servers API: create, list (with Nova's filters and pagination), show, update, delete, actions,
-metadata and tags."""
+volume attachments, metadata and tags."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from corral.sandbox.cloud.clock import now, parse_iso
 from corral.sandbox.cloud.errors import ApiError
 from corral.sandbox.cloud.microversion import NOVA
 from corral.sandbox.cloud.nova_views import ServerViews, links
-from corral.sandbox.cloud.records import Server
+from corral.sandbox.cloud.records import Attachment, Server
 from corral.sandbox.cloud.server_request import (
     parse_server_request,
     validate_metadata,
@@ -312,6 +312,37 @@ def build_server_router(world: World) -> APIRouter:
         else:
             raise ApiError(400, f"There is no such action: {action}")
         return no_content(request, 202)
+
+    # -- volume attachments --------------------------------------------------------------------
+
+    def attachment_body(request: Request, server: Server, attachment: Attachment) -> dict[str, Any]:
+        """Nova's view: the volume id doubles as `id` until 2.89, which adds the attachment's own ids."""
+        version = request.state.version
+        body: dict[str, Any] = {} if version >= (2, 89) else {"id": attachment.volume_id}
+        body.update(volumeId=attachment.volume_id, serverId=server.id, device=attachment.device)
+        if version >= (2, 70):
+            body["tag"] = attachment.tag
+        if version >= (2, 79):
+            body["delete_on_termination"] = attachment.delete_on_termination
+        if version >= (2, 89):
+            volume = state.volumes.get(attachment.volume_id)
+            body["attachment_id"] = volume.attachment_id if volume else None
+            body["bdm_uuid"] = attachment.bdm_uuid
+        return body
+
+    @router.get("/servers/{server_id}/os-volume_attachments")
+    async def list_volume_attachments(request: Request, server_id: str) -> Response:
+        server = state.server(server_id)
+        attachments = [attachment_body(request, server, attachment) for attachment in server.attachments]
+        return respond(request, {"volumeAttachments": attachments})
+
+    @router.get("/servers/{server_id}/os-volume_attachments/{volume_id}")
+    async def show_volume_attachment(request: Request, server_id: str, volume_id: str) -> Response:
+        server = state.server(server_id)
+        attachment = next((a for a in server.attachments if a.volume_id == volume_id), None)
+        if attachment is None:
+            raise ApiError(404, f"Instance {server_id} is not attached to volume {volume_id}")
+        return respond(request, {"volumeAttachment": attachment_body(request, server, attachment)})
 
     # -- metadata ------------------------------------------------------------------------------
 

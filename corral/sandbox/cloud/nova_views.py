@@ -111,8 +111,13 @@ class ServerViews:
         body["key_name"] = server.key_name
         body["OS-SRV-USG:launched_at"] = iso_micro(server.launched_at) if server.launched_at else None
         body["OS-SRV-USG:terminated_at"] = None
-        if server.port_ids:
-            body["security_groups"] = [{"name": name} for name in server.security_groups]
+        ports = state.server_ports(server)
+        if ports:
+            # Nova asks Neutron and lists each port's groups, so a group shows once per network.
+            groups = state.security_groups
+            body["security_groups"] = [
+                {"name": groups[group_id].name} for port in ports for group_id in port.security_group_ids
+            ]
         if version >= (2, 90):
             body["OS-EXT-SRV-ATTR:hostname"] = server.hostname
         body["OS-EXT-STS:task_state"] = server.task_state

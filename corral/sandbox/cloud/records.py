@@ -117,6 +117,9 @@ class Attachment:
     volume_id: str
     delete_on_termination: bool
     device: str
+    tag: str | None = None
+    bdm_uuid: str = ""
+    """The block device mapping's own id, shown from 2.89."""
 
 
 @dataclass(slots=True)

@@ -9,19 +9,19 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import uuid
 from typing import Any
 
+from corral.sandbox.cloud.block_devices import check_root, parse_mappings, plan_volumes
 from corral.sandbox.cloud.errors import ApiError
 from corral.sandbox.cloud.microversion import Version
-from corral.sandbox.cloud.state import CloudState, NicRequest, ServerRequest, VolumeRequest
+from corral.sandbox.cloud.nova_schema import invalid, tag_problem, uuid_like
+from corral.sandbox.cloud.state import CloudState, NicRequest, ServerRequest
 
 MAX_USER_DATA = 65535
 """Nova's limit on the base64 text of `user_data`."""
 MAX_METADATA_ITEMS = 128
 MAX_TAGS = 50
 METADATA_KEY = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
-TAG = re.compile(r"^[^,/]*$")
 
 BASE_FIELDS = frozenset(
     {
@@ -55,10 +55,6 @@ FIELDS_SINCE: tuple[tuple[Version, str], ...] = (
 )
 
 
-def invalid(field: str, value: Any, reason: str) -> ApiError:
-    return ApiError(400, f"Invalid input for field/attribute {field}. Value: {value}. {reason}")
-
-
 def parse_server_request(state: CloudState, body: dict[str, Any], version: Version) -> ServerRequest:
     server = body.get("server")
     if not isinstance(server, dict):
@@ -68,19 +64,18 @@ def parse_server_request(state: CloudState, body: dict[str, Any], version: Versi
     user_data = _user_data(server.get("user_data"))
     metadata = _metadata(server.get("metadata", {}))
     tags = _tags(server.get("tags", []))
+    image_id = str(server.get("imageRef") or "")
+    devices = parse_mappings(server.get("block_device_mapping_v2", []), version, image_ref_given=bool(image_id))
+    if not image_id and not devices:
+        raise ApiError(400, "Missing imageRef attribute")
     flavor_ref = str(server.get("flavorRef", ""))
     if flavor_ref not in state.flavors:
         raise ApiError(400, f"Flavor {flavor_ref} could not be found.")
-    volumes = _volumes(state, server.get("block_device_mapping_v2", []))
-    image_id = str(server.get("imageRef") or "")
+    flavor = state.flavors[flavor_ref]
     if image_id and image_id not in state.images:
         raise ApiError(400, "Can not find requested image")
-    if not image_id and not any(volume.boot_index == 0 for volume in volumes):
-        raise ApiError(
-            400,
-            "Block Device Mapping is Invalid: Boot sequence for the instance and image/block "
-            "device mapping combination is not valid.",
-        )
+    if not image_id:
+        check_root(state, devices)
     key_name = server.get("key_name")
     if key_name is not None and key_name not in state.keypairs:
         raise ApiError(400, "Invalid key_name provided.")
@@ -92,11 +87,15 @@ def parse_server_request(state: CloudState, body: dict[str, Any], version: Versi
     group_id = hints.get("group") if isinstance(hints, dict) else None
     if group_id is not None and group_id not in state.server_groups:
         raise ApiError(400, f"Invalid server group: Instance group {group_id} could not be found.")
+    nics = _nics(state, server, version)
+    # Nova checks the instance quota before it validates the mappings against Cinder and Glance.
+    state.check_nova_quota(flavor)
+    volumes = plan_volumes(state, devices, flavor, image_id)
     return ServerRequest(
         name=name,
-        flavor=state.flavors[flavor_ref],
+        flavor=flavor,
         image_id=image_id,
-        nics=_nics(state, server, version),
+        nics=nics,
         availability_zone="nova",
         security_groups=groups,
         key_name=key_name,
@@ -196,19 +195,6 @@ def _tags(value: Any) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-def tag_problem(tag: Any) -> str | None:
-    """Why Nova's `parameter_types.tag` schema rejects `tag` (jsonschema's words), or None."""
-    if not isinstance(tag, str):
-        return f"{tag!r} is not of type 'string'"
-    if not tag:
-        return "'' should be non-empty"
-    if len(tag) > 60:
-        return f"{tag!r} is too long"
-    if not TAG.match(tag):
-        return f"{tag!r} does not match '^[^,/]*$'"
-    return None
-
-
 def validate_tag(tag: Any, field: str) -> str:
     """A tag in a create or replace-all body: the schema's usual 400."""
     problem = tag_problem(tag)
@@ -255,7 +241,7 @@ def _nics(state: CloudState, server: dict[str, Any], version: Version) -> list[N
             raise invalid("networks", networks, f"{entry!r} is not of type 'object'")
         for field in ("uuid", "port"):
             value = entry.get(field)
-            if value and not _uuid_like(value):
+            if value and not uuid_like(value):
                 # From 2.37 `networks` is a oneOf (a list, or "auto"/"none"), so Nova names the whole list.
                 if version >= (2, 37):
                     raise invalid("networks", networks, f"{networks!r} is not valid under any of the given schemas")
@@ -274,72 +260,3 @@ def _nics(state: CloudState, server: dict[str, Any], version: Version) -> list[N
         else:
             raise ApiError(400, "Bad networks format: network uuid is not in proper format")
     return nics
-
-
-def _uuid_like(value: Any) -> bool:
-    """oslo's `is_uuid_like`, which Nova's `uuid` format uses: any spelling `uuid.UUID` reads back."""
-    try:
-        return str(uuid.UUID(str(value))).replace("-", "") == str(value).lower().replace("-", "")
-    except ValueError:
-        return False
-
-
-def _volumes(state: CloudState, mappings: Any) -> list[VolumeRequest]:
-    """The block device mappings that need Cinder; local image disks need nothing from the sandbox."""
-    if not isinstance(mappings, list):
-        raise invalid("block_device_mapping_v2", mappings, f"{mappings!r} is not of type 'array'")
-    requests = []
-    for mapping in mappings:
-        if not isinstance(mapping, dict):
-            raise invalid("block_device_mapping_v2", mappings, f"{mapping!r} is not of type 'object'")
-        source, destination = mapping.get("source_type"), mapping.get("destination_type", "volume")
-        boot_index = _int_or_none(mapping.get("boot_index"))
-        delete = mapping.get("delete_on_termination") in (True, "True", "true", "1", 1)
-        if destination == "local":
-            continue
-        if source == "volume":
-            volume = state.volumes.get(str(mapping.get("uuid")))
-            if volume is None:
-                raise ApiError(400, f"Block Device Mapping is Invalid: failed to get volume {mapping.get('uuid')}.")
-            if volume.status != "available":
-                raise ApiError(
-                    400,
-                    f"Invalid volume: volume '{volume.id}' status must be 'available'. Currently in '{volume.status}'",
-                )
-            requests.append(
-                VolumeRequest(
-                    size=volume.size, boot_index=boot_index, delete_on_termination=delete, volume_id=volume.id
-                )
-            )
-            continue
-        size = _int_or_none(mapping.get("volume_size"))
-        if source not in ("image", "blank") or size is None or size < 1:
-            raise ApiError(
-                400,
-                "Block Device Mapping is Invalid: You specified more local devices than the limit allows"
-                if size is None and source == "blank"
-                else "Block Device Mapping is Invalid: Boot sequence for the instance and image/block "
-                "device mapping combination is not valid.",
-            )
-        image_id = None
-        if source == "image":
-            image_id = str(mapping.get("uuid"))
-            if image_id not in state.images:
-                raise ApiError(400, f"Block Device Mapping is Invalid: failed to get image {image_id}.")
-        requests.append(
-            VolumeRequest(
-                size=size,
-                boot_index=boot_index,
-                delete_on_termination=delete,
-                image_id=image_id,
-                volume_type=mapping.get("volume_type"),
-            )
-        )
-    return requests
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

@@ -68,6 +68,9 @@ class VolumeRequest:
     image_id: str | None = None
     volume_id: str | None = None
     volume_type: str | None = None
+    device: str = ""
+    """The guest's device name, in boot order (`/dev/vda` for the root disk); empty: by position."""
+    tag: str | None = None
 
 
 @dataclass
@@ -106,6 +109,7 @@ class CloudState:
     - `snapshot()`: counts for `/_sandbox/stats` (servers by status, created, deleted, volumes...).
     - `set_quota(**limits)`: instances, cores, ram, volumes, gigabytes for the sandbox project.
     - `quota_view()`: each quota's limit and what is in use.
+    - `add_network(name, cidr)`: one more tenant network with a subnet.
     - `reset()`: drop what was created at run time, restore default quotas and seeded resources.
     """
 
@@ -164,6 +168,27 @@ class CloudState:
             raise ValueError(f"unknown quotas {sorted(unknown)}; known: {sorted(self.quota)}")
         self.quota.update(limits)
 
+    def add_network(self, name: str, cidr: str) -> Network:
+        """A tenant network with one subnet, as an operator would add it (the sandbox's Neutron has no
+        create call); for tests that need a second network. `reset()` forgets it."""
+        block = ipaddress.IPv4Network(cidr)
+        created = iso_z(now())
+        network_id = str(uuid.uuid4())
+        subnet = Subnet(
+            id=str(uuid.uuid4()),
+            name=f"{name}-subnet",
+            network_id=network_id,
+            cidr=cidr,
+            gateway_ip=str(block[1]),
+            allocation_start=str(block[2]),
+            allocation_end=str(block[-2]),
+            created_at=created,
+        )
+        network = Network(id=network_id, name=name, subnet_ids=[subnet.id], created_at=created)
+        self.networks[network.id], self.subnets[subnet.id] = network, subnet
+        self._next_ip[subnet.id] = int(block[2])
+        return network
+
     def quota_view(self) -> dict[str, dict[str, int]]:
         return {name: {"limit": limit, "in_use": self.used[name]} for name, limit in self.quota.items()}
 
@@ -201,7 +226,7 @@ class CloudState:
 
     # -- quotas --------------------------------------------------------------------------------
 
-    def _check_nova_quota(self, flavor: Flavor) -> None:
+    def check_nova_quota(self, flavor: Flavor) -> None:
         """Nova checks instances, then cores, then ram, and names every quota that would be exceeded."""
         wanted = {"instances": 1, "cores": flavor.vcpus, "ram": flavor.ram}
         over = [
@@ -238,7 +263,7 @@ class CloudState:
 
     def create_server(self, request: ServerRequest) -> Server:
         """Accept a boot: the server is BUILD at once and ACTIVE (or ERROR) after the boot delay."""
-        self._check_nova_quota(request.flavor)
+        self.check_nova_quota(request.flavor)
         moment = now()
         server = Server(
             id=str(uuid.uuid4()),
@@ -288,11 +313,13 @@ class CloudState:
                     image_id=request.image_id,
                 )
                 volume_id = volume.id
-            device = "/dev/vd" + "abcdefghijklmnopqrstuvwxyz"[index % 26]
+            device = request.device or "/dev/vd" + "abcdefghijklmnopqrstuvwxyz"[index % 26]
             volume = self.volumes[volume_id]
             volume.status, volume.server_id, volume.device = "reserved", server.id, device
             volume.attachment_id = str(uuid.uuid4())
-            server.attachments.append(Attachment(volume_id, request.delete_on_termination, device))
+            server.attachments.append(
+                Attachment(volume_id, request.delete_on_termination, device, request.tag, str(uuid.uuid4()))
+            )
         return None
 
     def _plug(self, server: Server, nic: NicRequest) -> str:

@@ -1,0 +1,109 @@
+"""corral's OpenStack provider against the sandbox: what each pool's volume options make of a server, and
+how Nova's refusals reach the engine.
+
+The sandbox validates block device mappings as Nova does (tests/sandbox/test_block_devices.py), and the
+live differential suite checks the two agree, so a request the sandbox accepts here is one a real Nova
+accepts too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openstack.connection
+import pytest
+
+from corral.cloud.openstack import OpenStackProvider
+from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, CloudRequestRejected, ServerSpec
+from corral.config import VolumeConfig
+from corral.local import sandbox_connection
+from corral.sandbox.server import Sandbox
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def provider(sandbox: Sandbox) -> Iterator[OpenStackProvider]:
+    provider = OpenStackProvider(sandbox_connection(sandbox.info), "test")
+    yield provider
+    provider.close()
+
+
+def spec(runner: str, **options: Any) -> ServerSpec:
+    metadata = {META_INSTALLATION: "test", META_POOL: "volumes", META_RUNNER: runner}
+    fields: dict[str, Any] = {
+        "name": f"corral-test-{runner}",
+        "image": "cirros",
+        "flavor": "m1.tiny",
+        "networks": ("private",),
+        "metadata": metadata,
+    }
+    return ServerSpec(**{**fields, **options})
+
+
+def active(os_conn: openstack.connection.Connection, server_id: str) -> Any:
+    wait_until(lambda: os_conn.compute.get_server(server_id).status != "BUILD", what="server leaves BUILD")
+    server = os_conn.compute.get_server(server_id)
+    assert server.status == "ACTIVE", server.fault
+    return server
+
+
+def attached(os_conn: openstack.connection.Connection, server: Any) -> list[Any]:
+    """The server's volumes as Cinder shows them, root disk first."""
+    volumes = [os_conn.block_storage.get_volume(v["id"]) for v in server.attached_volumes]
+    return sorted(volumes, key=lambda volume: volume.attachments[0]["device"])
+
+
+def test_extra_volumes_without_boot_volume_boot_the_image_from_a_local_disk(
+    provider: OpenStackProvider, os_conn: openstack.connection.Connection
+) -> None:
+    """Nova refuses mappings with no boot device ("Boot sequence ... is not valid"): the image's own local
+    root disk has to be mapped at boot index 0 next to the pool's blank volumes."""
+    volumes = (VolumeConfig(name="docker", size_gb=2), VolumeConfig(name="cache", size_gb=1, type="ssd"))
+    created = provider.create_server(spec("extra-only", volumes=volumes))
+    server = active(os_conn, created.id)
+    assert server.image.id == os_conn.image.find_image("cirros", ignore_missing=False).id, "still the server's image"
+    disks = attached(os_conn, server)
+    assert [(v.size, v.volume_type, v.is_bootable) for v in disks] == [(2, "__DEFAULT__", False), (1, "ssd", False)]
+    assert [v.attachments[0]["device"] for v in disks] == ["/dev/vdb", "/dev/vdc"], "vda is the image's disk"
+    assert all(v["delete_on_termination"] for v in server.attached_volumes)
+
+
+def test_boot_volume_with_extra_volumes_boots_from_the_volume(
+    provider: OpenStackProvider, os_conn: openstack.connection.Connection
+) -> None:
+    created = provider.create_server(
+        spec("boot-and-extra", boot_volume_gb=3, boot_volume_type="ssd", volumes=(VolumeConfig(name="x", size_gb=1),))
+    )
+    server = active(os_conn, created.id)
+    disks = attached(os_conn, server)
+    assert [(v.size, v.volume_type, v.is_bootable) for v in disks] == [(3, "ssd", True), (1, "__DEFAULT__", False)]
+    assert [v.attachments[0]["device"] for v in disks] == ["/dev/vda", "/dev/vdb"]
+
+
+def test_novas_refusal_is_a_rejection_carrying_novas_message(
+    provider: OpenStackProvider, os_conn: openstack.connection.Connection
+) -> None:
+    """A permanent 400 must not read as transient: the engine would retry a pool that can never start."""
+    volumes = (VolumeConfig(name="docker", size_gb=1, type="no-such-type"),)
+    with pytest.raises(CloudRequestRejected) as refused:
+        provider.create_server(spec("bad-type", volumes=volumes))
+    assert "HTTP 400: Volume type no-such-type could not be found." in str(refused.value)
+    assert list(os_conn.compute.servers()) == [], "a refused create makes no server"
+
+
+def test_novas_refusal_stays_a_rejection_when_rechecking_the_names_fails(
+    sandbox: Sandbox, provider: OpenStackProvider
+) -> None:
+    """A refused create made with cached ids looks the names up again (an image may have been rebuilt):
+    if Glance is down just then, the refusal is still Nova's, not a transient error to retry for ever."""
+    provider.create_server(spec("warm-cache"))
+    volumes = (VolumeConfig(name="docker", size_gb=1, type="no-such-type"),)
+    glance_down = {"endpoints": [{"match": "openstack GET /image/*", "error_rate": 1.0, "status": 500}]}
+    sandbox.call(lambda: sandbox.world.faults.configure(glance_down))
+    try:
+        with pytest.raises(CloudRequestRejected) as refused:
+            provider.create_server(spec("bad-type", volumes=volumes))
+    finally:
+        sandbox.call(lambda: sandbox.world.faults.configure({"endpoints": []}))
+    assert "HTTP 400: Volume type no-such-type could not be found." in str(refused.value)
