@@ -1,10 +1,18 @@
-"""From a queued job to a create request: latency, runners and GitHub calls per job, webhook intake rate.
+"""From a queued job to a create request: latency, CPU, runners and GitHub calls per job, webhook intake rate.
 
-Runs `corral serve` and `corral sandbox` (zero boot delay) as separate processes. Two phases:
-a burst of 500 jobs at once, then a steady 20 jobs/s for a minute. Latency is measured from the webhook's
-arrival (the job row's `received_at`) to the create-server request (the runner's `creating` event), both
-written by corral with one clock. Then the intake alone: signed webhooks posted as fast as corral records
-them, on SQLite and on PostgreSQL. Figures are printed, never asserted.
+Runs `corral serve` and `corral sandbox` (zero boot delay) as separate processes, on this machine's cores,
+and prints (never asserts):
+
+- the sandbox's own capacity: seconds to accept N creates `max_concurrent_creates` at a time from a lean
+  client, measured first in the same run;
+- a burst of N jobs at once: the seconds corral takes from the first job's arrival to the last create request
+  for a burst job, and its ratio to the sandbox's capacity;
+- then a steady rate (20 jobs/s for 60 s): queued -> create request p50/p99 (from the job's arrival, the
+  row's `received_at`, to the runner's `creating` event, both written by corral with one clock), corral's
+  CPU per job (process CPU seconds / jobs, over the steady phase), runners and GitHub calls per job;
+- webhook intake alone: signed `workflow_job` deliveries (GitHub's own example payload, ~8 KB) posted by 16
+  keep-alive connections as fast as corral answers 202, on SQLite and on PostgreSQL, with corral's CPU
+  per delivery.
 
     .venv/bin/python bench/reactive.py [--burst 500] [--rate 20] [--seconds 60] [--intake 3000]
 """
@@ -16,28 +24,31 @@ import asyncio
 import hashlib
 import hmac
 import json
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from contextlib import nullcontext
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import Connection, select
+import psutil
 
-from corral.local import corral_config, pool_spec
-from corral.model import RunnerState
-from corral.store import Store
-from corral.store.schema import JOBS, RUNNER_EVENTS, RUNNERS
+from corral.local import corral_config, pool_spec, sandbox_connection
+from corral.sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.loadgen import build_request, post_all
 from bench.support import start_corral, start_sandbox, stop
 from tests.store_urls import postgres_url
+from tests.webhook_fixtures import WEBHOOK_EXAMPLES
 
 LABELS = [["self-hosted", "small"], ["self-hosted", "large"], ["self-hosted"]]
+CREATES_AT_ONCE = 16
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -45,34 +56,78 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)] if ordered else float("nan")
 
 
-def _creating_times(connection: Connection) -> tuple[dict[int, Any], list[tuple[int | None, Any]]]:
-    received = {job_id: at for job_id, at in connection.execute(select(JOBS.c.id, JOBS.c.received_at))}
-    creating = connection.execute(
-        select(RUNNERS.c.job_id, RUNNER_EVENTS.c.at)
-        .join(RUNNER_EVENTS, RUNNER_EVENTS.c.runner_id == RUNNERS.c.id)
-        .where(RUNNER_EVENTS.c.to_state == RunnerState.CREATING.value, RUNNERS.c.job_id.is_not(None))
-    )
-    return received, [(job_id, at) for job_id, at in creating]
-
-
-def latencies_ms(store: Store) -> list[float]:
-    """Per job: webhook arrival -> first create request of a runner started on its behalf."""
-    received, creating = store.run_blocking(_creating_times)
-    first: dict[int, Any] = {}
-    for job_id, at in creating:
-        if job_id is None:
-            continue
-        if job_id not in first or at < first[job_id]:
-            first[job_id] = at
-    return [(first[job_id] - received[job_id]).total_seconds() * 1000 for job_id in first if job_id in received]
-
-
-def wait_for(predicate: Any, timeout: float) -> None:
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise SystemExit("benchmark did not converge in time")
+            raise SystemExit(f"benchmark did not converge in time: {what}")
         time.sleep(0.2)
+
+
+def sandbox_capacity(info: SandboxInfo, count: int, concurrency: int) -> float:
+    """Seconds the sandbox needs to accept `count` creates, `concurrency` at a time, from a lean client."""
+    connection = sandbox_connection(info)
+    try:
+        token = str(connection.auth_token)
+        endpoint = str(connection.compute.get_endpoint()).rstrip("/")
+        image = connection.image.find_image("ubuntu-24.04-runner", ignore_missing=False).id
+        flavor = connection.compute.find_flavor("m1.small", ignore_missing=False).id
+        network = connection.network.find_network("private", ignore_missing=False).id
+    finally:
+        connection.close()
+    headers = {"X-Auth-Token": token, "Content-Type": "application/json"}
+    requests = [
+        build_request(
+            f"{endpoint}/servers",
+            json.dumps(
+                {
+                    "server": {
+                        "name": f"capacity-{i}",
+                        "imageRef": image,
+                        "flavorRef": flavor,
+                        "networks": [{"uuid": network}],
+                    }
+                }
+            ).encode(),
+            headers,
+        )
+        for i in range(count)
+    ]
+    started = time.perf_counter()
+    statuses = asyncio.run(post_all(f"{endpoint}/servers", requests, concurrency))
+    took = time.perf_counter() - started
+    if statuses != {202: count}:
+        raise SystemExit(f"the sandbox refused creates: {statuses}")
+    return took
+
+
+def _times(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def create_delays(database: Path) -> dict[int, tuple[datetime, float]]:
+    """Per job: when corral heard of it, and the seconds to its first runner's create request."""
+    with sqlite3.connect(database) as db:
+        received = {job_id: _times(at) for job_id, at in db.execute("SELECT id, received_at FROM jobs")}
+        creating = db.execute(
+            "SELECT runners.job_id, runner_events.at FROM runner_events JOIN runners ON runners.id = runner_id "
+            "WHERE to_state = 'creating' AND runners.job_id IS NOT NULL"
+        ).fetchall()
+    first: dict[int, datetime] = {}
+    for job_id, at in creating:
+        moment = _times(at)
+        if job_id not in first or moment < first[job_id]:
+            first[job_id] = moment
+    return {
+        job_id: (received[job_id], (first[job_id] - received[job_id]).total_seconds())
+        for job_id in first
+        if job_id in received
+    }
+
+
+def cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def end_to_end(args: argparse.Namespace, folder: Path) -> None:
@@ -80,76 +135,83 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
     try:
         control = httpx.Client(base_url=info.control_url, timeout=60)
         control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
+        capacity_s = sandbox_capacity(info, args.burst, CREATES_AT_ONCE)
+        control.post("/reset").raise_for_status()
+        control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
         pools = {"small": pool_spec(["small"], max_runners=2000), "large": pool_spec(["large"], max_runners=2000)}
         database = folder / "e2e.db"
         document = corral_config(info, f"sqlite:///{database}", pools, default_pool="small")
-        document["cloud"]["max_concurrent_creates"] = 32
+        document["cloud"]["max_concurrent_creates"] = CREATES_AT_ONCE
         corral, _, _ = start_corral(info, document, folder)
+        process = psutil.Process(corral.pid)
         try:
             burst = [
                 {"at": 0.0, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0} for i in range(args.burst)
             ]
+            control.post("/trace", json={"jobs": burst}).raise_for_status()
+            wait_for(
+                lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == args.burst,
+                300,
+                "the burst completed",
+            )
+            wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "the burst's servers gone")
+            before = control.get("/stats").json()
+            cpu_before = cpu_s(process)
+            steady_from = datetime.now().astimezone()
             steady = [
-                {"at": 1.0 + i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
+                {"at": i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
                 for i in range(int(args.rate * args.seconds))
             ]
-            control.post("/trace", json={"jobs": burst + steady}).raise_for_status()
-            total = len(burst) + len(steady)
-            wait_for(lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total, args.seconds + 300)
-            stats = control.get("/stats").json()
+            control.post("/trace", json={"jobs": steady}).raise_for_status()
+            total = args.burst + len(steady)
+            wait_for(
+                lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total,
+                args.seconds + 300,
+                "the steady jobs completed",
+            )
+            wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "every server gone")
+            cpu_steady = cpu_s(process) - cpu_before
+            after = control.get("/stats").json()
         finally:
             stop(corral)
-        store = Store(f"sqlite:///{database}")
-        values = latencies_ms(store)
-        store.close()
     finally:
         stop(sandbox)
-    github_calls = sum(stats["api_calls"]["github"].values())
-    print(f"jobs={total} with_latency={len(values)} servers_created={stats['cloud']['servers_created']}")
+    delays = create_delays(database)
+    burst_delays = sorted((at, delay) for at, delay in delays.values() if at < steady_from)
+    steady_ms = [delay * 1000 for at, delay in delays.values() if at >= steady_from]
+    first_arrival = burst_delays[0][0]
+    burst_s = max((at - first_arrival).total_seconds() + delay for at, delay in burst_delays)
+    steady_jobs = len(steady)
+    servers = after["cloud"]["servers_created"] - before["cloud"]["servers_created"]
+    github_calls = sum(after["api_calls"]["github"].values()) - sum(before["api_calls"]["github"].values())
     print(
-        f"p50_ms={statistics.median(values):.1f} p99_ms={percentile(values, 0.99):.1f} "
-        f"runners_per_job={stats['cloud']['servers_created'] / total:.3f} "
-        f"github_calls_per_job={github_calls / total:.2f}"
+        f"sandbox_accepts_{args.burst}_creates_s={capacity_s:.2f} burst_creates_s={burst_s:.2f} "
+        f"burst_ratio={burst_s / capacity_s:.2f} burst_runners_per_job="
+        f"{before['cloud']['servers_created'] / args.burst:.3f}"
+    )
+    print(
+        f"steady_jobs={steady_jobs} p50_ms={statistics.median(steady_ms):.1f} p99_ms={percentile(steady_ms, 0.99):.1f} "
+        f"cpu_ms_per_job={cpu_steady / steady_jobs * 1000:.2f} runners_per_job={servers / steady_jobs:.3f} "
+        f"github_calls_per_job={github_calls / steady_jobs:.2f}"
     )
 
 
-async def blast(url: str, secret: str, count: int, concurrency: int) -> float:
-    template = {
-        "action": "queued",
-        "workflow_job": {
-            "id": 0,
-            "run_id": 1,
-            "labels": ["self-hosted", "small"],
-            "created_at": "2026-11-30T00:00:00Z",
-        },
-        "repository": {"full_name": "octo-org/app"},
-    }
-    bodies = []
+def signed_deliveries(secret: str, count: int) -> list[bytes]:
+    example = json.loads((WEBHOOK_EXAMPLES / "workflow_job.queued.payload.json").read_text())
+    example["workflow_job"]["labels"] = ["self-hosted", "small"]
+    example["repository"]["full_name"] = "octo-org/app"
+    requests = []
     for i in range(count):
-        template["workflow_job"]["id"] = 10_000_000 + i  # type: ignore[index]
-        body = json.dumps(template).encode()
-        signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        bodies.append((body, signature))
-    queue: asyncio.Queue[tuple[bytes, str]] = asyncio.Queue()
-    for item in bodies:
-        queue.put_nowait(item)
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        while not queue.empty():
-            body, signature = queue.get_nowait()
-            headers = {
-                "X-GitHub-Event": "workflow_job",
-                "X-GitHub-Delivery": str(uuid.uuid4()),
-                "X-Hub-Signature-256": signature,
-                "Content-Type": "application/json",
-            }
-            response = await client.post(url, content=body, headers=headers)
-            assert response.status_code == 202, response.text
-
-    started = time.perf_counter()
-    async with httpx.AsyncClient(timeout=60) as client:
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-    return count / (time.perf_counter() - started)
+        example["workflow_job"]["id"] = 10_000_000 + i
+        body = json.dumps(example).encode()
+        headers = {
+            "X-GitHub-Event": "workflow_job",
+            "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+            "Content-Type": "application/json",
+        }
+        requests.append(build_request("http://corral/webhook", body, headers))
+    return requests
 
 
 def intake(args: argparse.Namespace, database: str, folder: Path, url_context: Any) -> None:
@@ -163,12 +225,23 @@ def intake(args: argparse.Namespace, database: str, folder: Path, url_context: A
             try:
                 headers = {"Authorization": f"Bearer {token}"}
                 httpx.post(f"{url}/api/v1/pools/small/drain", headers=headers).raise_for_status()
-                rate = asyncio.run(blast(f"{url}/webhook", info.webhook_secret, args.intake, 16))
+                requests = signed_deliveries(info.webhook_secret, args.intake)
+                process = psutil.Process(corral.pid)
+                cpu_before = cpu_s(process)
+                started = time.perf_counter()
+                statuses = asyncio.run(post_all(f"{url}/webhook", requests, 16))
+                took = time.perf_counter() - started
+                cpu = cpu_s(process) - cpu_before
             finally:
                 stop(corral)
     finally:
         stop(sandbox)
-    print(f"database={database} webhooks={args.intake} webhooks_per_s={rate:.0f}")
+    if statuses != {202: args.intake}:
+        raise SystemExit(f"intake answers: {dict(statuses)}")
+    print(
+        f"database={database} webhooks={args.intake} webhooks_per_s={args.intake / took:.0f} "
+        f"cpu_ms_per_webhook={cpu / args.intake * 1000:.3f}"
+    )
 
 
 def main() -> None:
@@ -177,14 +250,17 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--intake", type=int, default=3000)
+    parser.add_argument("--only", choices=["e2e", "intake"], help="run one part")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         for sub in ("sqlite", "postgresql"):
             (folder / sub).mkdir()
-        end_to_end(args, folder)
-        intake(args, "sqlite", folder, nullcontext(f"sqlite:///{folder}/intake.db"))
-        intake(args, "postgresql", folder, postgres_url())
+        if args.only in (None, "e2e"):
+            end_to_end(args, folder)
+        if args.only in (None, "intake"):
+            intake(args, "sqlite", folder, nullcontext(f"sqlite:///{folder}/intake.db"))
+            intake(args, "postgresql", folder, postgres_url())
 
 
 if __name__ == "__main__":
