@@ -31,7 +31,7 @@ import tempfile
 import time
 import uuid
 from contextlib import nullcontext
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,9 @@ def sandbox_capacity(info: SandboxInfo, count: int, concurrency: int) -> float:
 
 
 def _times(value: str) -> datetime:
-    return datetime.fromisoformat(value)
+    """corral stores UTC; SQLite keeps no zone."""
+    moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def create_delays(database: Path) -> dict[int, tuple[datetime, float]]:
@@ -142,6 +144,7 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
         database = folder / "e2e.db"
         document = corral_config(info, f"sqlite:///{database}", pools, default_pool="small")
         document["cloud"]["max_concurrent_creates"] = CREATES_AT_ONCE
+        document["reconcile_interval"] = "30s"  # the default: webhooks, not passes, drive a busy corral
         corral, _, _ = start_corral(info, document, folder)
         process = psutil.Process(corral.pid)
         try:
@@ -157,7 +160,7 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
             wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "the burst's servers gone")
             before = control.get("/stats").json()
             cpu_before = cpu_s(process)
-            steady_from = datetime.now().astimezone()
+            steady_from = datetime.now(UTC)
             steady = [
                 {"at": i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
                 for i in range(int(args.rate * args.seconds))

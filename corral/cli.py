@@ -136,7 +136,7 @@ def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
+    import uvloop
 
     from corral.config import ConfigError
     from corral.logs import configure_logging
@@ -152,7 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
         service = Service.from_file(args.config)
     except ConfigError as exc:
         return _report_problems(args.config, exc.problems)
-    asyncio.run(serve(service, host, int(port)))
+    uvloop.run(serve(service, host, int(port)))
     return 0
 
 

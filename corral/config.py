@@ -319,6 +319,9 @@ class TuningConfig(StrictModel):
     """The engine's dials. The defaults suit thousands of jobs a day; change them when a measurement says so."""
 
     jit_concurrency: int = Field(default=16, ge=1, le=256)
+    news_delay: Duration = 0.5
+    """How long a pool's pass may wait after a webhook said one of its runners took or finished a job (a new
+    queued job never waits): under load, one pass then takes the news of many jobs at once."""
     """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
     busy_covers_job: Wait = 30.0
     """How long a runner that turned busy is taken to run the job it was started for, unless GitHub says

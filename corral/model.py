@@ -289,10 +289,15 @@ class DeliveryOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class IntakeResult:
-    """What recording a group of deliveries did: each one's outcome, and the pools to wake."""
+    """What recording a group of deliveries did: each one's outcome, and the pools to wake.
+
+    `demand` are pools with newly queued jobs (worth a pass at once); `news` are pools whose runners a job
+    took or finished (their pass may wait a moment and take several such news at once).
+    """
 
     outcomes: tuple[DeliveryOutcome, ...]
-    pools: frozenset[str] = field(default_factory=frozenset)
+    demand: frozenset[str] = field(default_factory=frozenset)
+    news: frozenset[str] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True, slots=True)

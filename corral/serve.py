@@ -27,7 +27,9 @@ class _Server(uvicorn.Server):
 
 def server_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
     """uvicorn with no logging set-up of its own: its lines (tracebacks too) go through corral's handler."""
-    return uvicorn.Config(app, host=host, port=port, log_config=None, log_level="warning", lifespan="off")
+    return uvicorn.Config(
+        app, host=host, port=port, log_config=None, log_level="warning", lifespan="off", http="httptools"
+    )
 
 
 async def serve(service: Service, host: str, port: int) -> None:

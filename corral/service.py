@@ -37,13 +37,16 @@ class Service:
         self.store = store or Store(config.database_url)
         self.store.migrate()
         self.cloud = cloud or OpenStackProvider(
-            connect(config.cloud), config.installation, timeout_s=config.cloud.timeout
+            connect(config.cloud),
+            config.installation,
+            timeout_s=config.cloud.timeout,
+            connections=config.cloud.max_concurrent_creates + config.cloud.threads,
         )
         self.github = GitHubClient(config.github)
         self.engine = Engine(
             config, self.store, self.cloud, self.github, user_data_template=load_template(config.user_data_template)
         )
-        self.intake = Intake(self.store, self.engine.wake, config.tuning.intake_group)
+        self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
 

@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from corral.clock import utcnow
 from corral.model import (
     Delivery,
     DeliveryOutcome,
+    IntakeResult,
     InvalidTransition,
     JobState,
     JobUpdate,
@@ -24,7 +26,7 @@ from corral.model import (
 )
 from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, pools, retention, runners
 from corral.store.runners import NewRunner
-from tests.store_urls import postgres_url, sqlite_url
+from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url, sqlite_url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -180,7 +182,7 @@ def test_one_group_with_repeats_and_out_of_order_events(store: Store) -> None:
         DeliveryOutcome.RECORDED,
         DeliveryOutcome.RECORDED,
     )
-    assert result.pools == {"small"}
+    assert (result.demand, result.news) == (frozenset(), frozenset({"small"})), "news of jobs taken, none queued"
     seven, eight = store.run_blocking(jobs.get, 7), store.run_blocking(jobs.get, 8)
     assert seven is not None and (seven.status, seven.conclusion) == (JobState.COMPLETED, "success")
     assert eight is not None and (eight.status, eight.runner_name) == (JobState.IN_PROGRESS, "r1")
@@ -197,10 +199,10 @@ def test_jobs_never_move_backwards_across_groups(store: Store) -> None:
 
 
 def test_concurrent_webhooks_are_committed_in_groups_each_answered_after_its_commit(store: Store) -> None:
-    woken: list[set[str]] = []
+    woken: list[IntakeResult] = []
 
     async def deliver_many() -> list[DeliveryOutcome]:
-        intake = Intake(store, lambda pools_: woken.append(set(pools_)))
+        intake = Intake(store, woken.append)
         updates = [delivery(f"d{n}", queued(n)) for n in range(200)] + [delivery("d0", queued(0))]
         return await asyncio.gather(*(intake.record(update) for update in updates))
 
@@ -244,3 +246,22 @@ def test_pool_status_round_trip(store: Store) -> None:
     store.run_blocking(pools.set_drained, "small", True)
     status = store.run_blocking(pools.statuses)["small"]
     assert (status.applied_generation, status.ready, status.reason, status.drained) == (4, True, None, True)
+
+
+def test_a_connection_the_server_ended_is_replaced_without_losing_the_call(tmp_path: Path) -> None:
+    with postgres_url() as url:
+        store = Store(url)
+        try:
+            store.migrate()
+            add(store)
+            database = url.rsplit("/", 1)[1]
+            with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s", (database,)
+                ).fetchone()
+            assert ended is not None and ended[0] >= 1, "corral's connection was there to end"
+            assert len(store.run_blocking(runners.listing)) == 1
+            add(store)
+            assert len(store.run_blocking(runners.listing)) == 2
+        finally:
+            store.close()

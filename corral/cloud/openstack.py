@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 import openstack
 import openstack.connection
 from keystoneauth1 import exceptions as ks_exceptions
+from keystoneauth1 import session as ks_session
 from openstack import exceptions as os_exceptions
 from openstack import utils as os_utils
 from openstack.compute.v2.server import Server
@@ -56,6 +57,7 @@ RETRY_DELAYS_S = (0.2, 1.0)
 """Pauses before the second and third attempt of an idempotent call; short, because the engine's next
 pass is the real retry and a cloud that is down for longer should surface as `CloudTransientError` quickly."""
 RETRYABLE_STATUS = frozenset({502, 503, 504})
+DEFAULT_CONNECTIONS = 32
 
 
 class CloudSettings(Protocol):
@@ -146,12 +148,18 @@ class OpenStackProvider:
         installation: str,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> None:
+        """`connections`: HTTP connections kept open per API endpoint; as many as calls run at once (the
+        engine's create and cloud threads), or each call beyond them opens and closes a connection."""
         self.connection = connection
         self.installation = installation
         keep_bodies_out_of_logs(connection)
         if connection.session.timeout is None:
             connection.session.timeout = timeout_s
+        adapter = ks_session.TCPKeepAliveAdapter(pool_maxsize=connections)
+        for scheme in ("https://", "http://"):
+            connection.session.session.mount(scheme, adapter)
         self._ids: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._tags: bool | None = None
@@ -457,10 +465,15 @@ class OpenStackProvider:
             return self._post(spec, fresh)
 
     def delete_server(self, server_id: str) -> None:
-        self._idempotent(
-            f"delete server {server_id}",
-            lambda: self.connection.compute.delete_server(server_id, ignore_missing=True),
-        )
+        """`DELETE /servers/{id}`; a server already gone (404) is not an error. Sent raw through openstacksdk's
+        authenticated adapter: its `delete_server` builds a `Server` resource first, for nothing we need."""
+
+        def delete() -> None:
+            response = self.connection.compute.delete(f"/servers/{server_id}", raise_exc=False)
+            if response.status_code != 404:
+                os_exceptions.raise_from_response(response)
+
+        self._idempotent(f"delete server {server_id}", delete)
 
     def close(self) -> None:
         self.connection.close()

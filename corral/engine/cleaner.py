@@ -55,12 +55,16 @@ class Cleaner:
         for server_id in {runner.server_id, listed.id if listed else None} - {None}:
             assert server_id is not None
             await self.delete_server(server_id)
+        # A registration the last look listed (found by name too: a crash between the JIT config and
+        # recording its id leaves one corral knows only by the name it gave it), or, when the scope could
+        # not be listed, the one corral recorded. An ephemeral runner deregisters itself after its job, so
+        # most runners need no call here at all.
+        listed_scope = observation is not None and runner.scope in observation.registrations
         registration = observation.registration_for(runner.scope, runner.name) if observation is not None else None
-        # By name too: a crash between the JIT config and recording its id leaves a registration corral
-        # knows only by the name it gave it.
-        for registration_id in {runner.github_runner_id, registration.id if registration else None} - {None}:
-            assert registration_id is not None
-            await self.delete_registration(runner, registration_id)
+        if registration is not None:
+            await self.delete_registration(runner, registration.id)
+        elif not listed_scope and runner.github_runner_id is not None:
+            await self.delete_registration(runner, runner.github_runner_id)
 
     async def retire(self, runner: Runner, reason: Reason, message: str | None = None) -> bool:
         """Remove a runner nobody needs: registration first, then the server. False if it took a job after

@@ -50,6 +50,7 @@ from corral.metrics import ACTION_ERRORS, JOBS, RECONCILE_SECONDS, RUNNER_BOOT_S
 from corral.model import (
     FREE_STATES,
     STARTING_STATES,
+    IntakeResult,
     JobState,
     QueuedJob,
     Reason,
@@ -57,7 +58,7 @@ from corral.model import (
     RunnerState,
     Transition,
 )
-from corral.policy import PoolCounts, RunnerFacts, Verdict, judge_demand, judge_runner, plan_scale
+from corral.policy import Demand, PoolCounts, RunnerFacts, Verdict, judge_demand, judge_runner, plan_scale
 from corral.store import Store, jobs, pools, retention, runners
 from corral.store.runners import NewRunner, RunnerAndJob
 from corral.userdata import load_template
@@ -128,6 +129,10 @@ class Engine:
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
         self.drained: set[str] = set()
+        self._looked_at: dict[str, int] = {}
+        """The observation each pool's last full pass (deleting runners included) judged against."""
+        self._deleting: dict[str, int] = {}
+        """Runners being deleted per pool, as of that pass."""
         self.passes = 0
         """Looks at both far ends completed (each followed by a pass of every pool)."""
         self._stop = asyncio.Event()
@@ -217,6 +222,14 @@ class Engine:
         for pool in pools_to_wake:
             self.workers.wake(pool)
 
+    def recorded(self, intake: IntakeResult) -> None:
+        """Webhooks were recorded: new demand is acted on at once; news of runners taking or finishing jobs
+        waits a moment (`tuning.news_delay`), so that one pass takes many of them at once."""
+        for pool in intake.demand:
+            self.workers.wake(pool)
+        for pool in intake.news:
+            self.workers.wake(pool, after=self.config.tuning.news_delay)
+
     async def settle(self) -> None:
         """Look at the far ends afresh and wait for every pool's pass after it (tests, `corral demo`).
 
@@ -267,9 +280,13 @@ class Engine:
     async def _reconcile_pool(self, name: str) -> float | None:
         pool = self.config.pools.get(name)
         observation = self.observer.latest
-        rows = await self.store.run(runners.live_of_pool, name)
-        if not rows and pool is None:
+        # Runners being deleted only change with a new look at the far ends: read them on the pass after one.
+        generation = observation.generation if observation is not None else 0
+        full = self._looked_at.get(name) != generation
+        rows = await self.store.run(runners.live_of_pool, name, deleting=full)
+        if not rows and pool is None and full:
             await self.status.forget(name)
+            self._looked_at.pop(name, None)
             self.workers.ensure(set(self.workers.keys) - {name})  # this worker ends after this pass
             return None
         current = await self._judge(rows, observation)
@@ -283,6 +300,11 @@ class Engine:
                     on_error=self.cleaner.on_error(runner),
                 )
         states = Counter(runner.state for runner in current)
+        if full:
+            self._looked_at[name] = generation
+            self._deleting[name] = states[RunnerState.DELETING]
+        else:
+            states[RunnerState.DELETING] += self._deleting.get(name, 0)
         if pool is None:
             self._retire(current, [RunnerState.IDLE, RunnerState.BOOTING], Reason.POOL_REMOVED, None)
             snapshot = PoolSnapshot(name, states, reason="removed from the configuration", removed=True)
@@ -387,16 +409,13 @@ class Engine:
     async def _scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
         pool = self.config.pools[name]
         ready, reason = self.pool_ready(name)
-        now = utcnow()
-        queued = await self.store.run(jobs.queued_of_pool, name)
-        demand = judge_demand(
-            queued,
-            now=now,
-            stale_after=timedelta(seconds=self.config.stale_job_check),
-            max_runners_per_job=self.config.max_runners_per_job,
-            max_hold=timedelta(seconds=self.config.tuning.max_hold),
-            busy_covers_job=timedelta(seconds=self.config.tuning.busy_covers_job),
-        )
+        drained = name in self.drained
+        # Jobs beyond these cannot change the plan (creates are capped by max_runners, and runners go to the
+        # oldest uncovered jobs): read no more of a backlog than that.
+        covering = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is not None)
+        needed = 0 if drained else max(pool.max_runners - states[RunnerState.BUSY], 0) + covering
+        queued, demand, exhausted = await self._demand(name, needed)
+        queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
         if demand.held:
             self.log_once.warning(
                 f"held:{name}",
@@ -410,7 +429,6 @@ class Engine:
             busy=states[RunnerState.BUSY],
             queued_jobs=len(demand.wanted),
         )
-        drained = name in self.drained
         min_idle, max_runners = (0, 0) if drained else (pool.min_idle, pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         requeue_after: float | None = None
@@ -425,7 +443,7 @@ class Engine:
         snapshot = PoolSnapshot(
             name,
             states,
-            queued_jobs=len(demand.wanted),
+            queued_jobs=queued_total,
             held_jobs=len(demand.held),
             desired=plan.desired,
             ready=ready,
@@ -433,6 +451,30 @@ class Engine:
         )
         await self.status.publish(snapshot, self.generation)
         return requeue_after
+
+    async def _demand(self, name: str, needed: int) -> tuple[list[QueuedJob], Demand, bool]:
+        """The pool's queued jobs judged (`policy.judge_demand`), read a page at a time until `needed` of them
+        count as demand or none are left (then the third value is True: every queued job was read)."""
+        now = utcnow()
+        queued: list[QueuedJob] = []
+        demand = Demand()
+        page = needed * 2 + 20
+        while len(demand.wanted) < needed:
+            batch = await self.store.run(jobs.queued_of_pool, name, limit=page, offset=len(queued))
+            queued += batch
+            judged = judge_demand(
+                batch,
+                now=now,
+                stale_after=timedelta(seconds=self.config.stale_job_check),
+                max_runners_per_job=self.config.max_runners_per_job,
+                max_hold=timedelta(seconds=self.config.tuning.max_hold),
+                busy_covers_job=timedelta(seconds=self.config.tuning.busy_covers_job),
+            )
+            demand.wanted += judged.wanted
+            demand.held += judged.held
+            if len(batch) < page:
+                return queued, demand, True
+        return queued, demand, False
 
     async def _start(
         self, name: str, current: list[Runner], queued: list[QueuedJob], wanted: list[int], count: int

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -75,7 +76,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=POSTGRES_THREADS + 2, max_overflow=10)
+    return create_engine(url, pool_size=POSTGRES_THREADS + 2, max_overflow=10)
 
 
 def _on_event_loop() -> bool:
@@ -95,6 +96,9 @@ class Store:
         self.is_sqlite = is_sqlite(url)
         threads = 1 if self.is_sqlite else POSTGRES_THREADS
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="corral-db")
+        self._local = threading.local()
+        self._connections: list[Connection] = []
+        self._connections_lock = threading.Lock()
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration; safe to run on every start."""
@@ -104,15 +108,30 @@ class Store:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
+    def _connection(self) -> Connection:
+        """This thread's connection, opened once: checking one out of the pool for every transaction (and,
+        on PostgreSQL, pinging it) cost more than most of the transactions themselves."""
+        connection: Connection | None = getattr(self._local, "connection", None)
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self.engine.connect()
+            self._local.connection = connection
+            with self._connections_lock:
+                self._connections.append(connection)
+        return connection
+
     def _transaction(self, query: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """One transaction; retried once on a fresh connection if the server dropped the old one (a
-        PostgreSQL restart or failover), which SQLAlchemy reports as an invalidated connection."""
+        PostgreSQL restart or failover, or an administrator ending the session)."""
         for attempt in (1, 2):
+            connection = self._connection()
             try:
-                with self.engine.begin() as connection:
+                with connection.begin():
                     return query(connection, *args, **kwargs)
             except DBAPIError as exc:
-                if attempt == 2 or not exc.connection_invalidated:
+                if not exc.connection_invalidated:
+                    raise
+                self._local.connection = None
+                if attempt == 2:
                     raise
                 logger.warning("database connection lost (%s); retrying on a new one", type(exc.orig).__name__)
         raise AssertionError("unreachable")
@@ -130,4 +149,8 @@ class Store:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
+        with self._connections_lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
         self.engine.dispose()

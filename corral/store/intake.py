@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from corral.model import Delivery, DeliveryOutcome, IntakeResult
 from corral.store import jobs
@@ -21,7 +21,7 @@ logger = logging.getLogger("corral.store")
 class Intake:
     """Records deliveries in groups; `on_recorded` hears which pools the group woke."""
 
-    def __init__(self, store: Store, on_recorded: Callable[[Iterable[str]], None], group: int = 500) -> None:
+    def __init__(self, store: Store, on_recorded: Callable[[IntakeResult], None], group: int = 500) -> None:
         """`group`: deliveries per transaction at most, which keeps one commit short even after a pause."""
         self._group = group
         self._store = store
@@ -51,8 +51,8 @@ class Intake:
             for (_, outcome), answer in zip(group, result.outcomes, strict=True):
                 if not outcome.done():
                     outcome.set_result(answer)
-            if result.pools:
+            if result.demand or result.news:
                 try:
-                    self._on_recorded(result.pools)
+                    self._on_recorded(result)
                 except Exception:
                     logger.exception("waking pools after recording webhooks failed; their next pass will see them")

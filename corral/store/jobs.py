@@ -7,6 +7,7 @@ retries and redeliveries reuse its id), and a job never moves backwards (`comple
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -85,13 +86,15 @@ def _merge(old: JobUpdate, new: JobUpdate) -> JobUpdate:
     )
 
 
-def _upsert(connection: Connection, updates: Sequence[JobUpdate], now: datetime) -> None:
-    """Insert new jobs and move known ones forward, never backwards, in one statement per job."""
-    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+@functools.cache
+def _upsert_statement(dialect_name: str) -> Any:
+    """INSERT ... ON CONFLICT DO UPDATE that never moves a job backwards: built once per dialect (building
+    one costs more CPU than running it)."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
     statement = dialect.insert(JOBS)
     excluded = statement.excluded
     keep_if_null = ("conclusion", "run_id", "runner_name", "queued_at", "started_at", "completed_at", "pool")
-    statement = statement.on_conflict_do_update(
+    return statement.on_conflict_do_update(
         index_elements=[JOBS.c.id],
         set_={
             "status": excluded.status,
@@ -101,8 +104,12 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], now: datetime)
         },
         where=_rank(excluded.status) >= _rank(JOBS.c.status),
     )
+
+
+def _upsert(connection: Connection, updates: Sequence[JobUpdate], now: datetime) -> None:
+    """Insert new jobs and move known ones forward, never backwards, in one statement per job."""
     connection.execute(
-        statement,
+        _upsert_statement(connection.dialect.name),
         [
             {
                 "id": job.id,
@@ -155,18 +162,25 @@ def record(connection: Connection, deliveries: Sequence[Delivery]) -> IntakeResu
         if delivery.job is not None:
             job = delivery.job
             merged[job.id] = _merge(merged[job.id], job) if job.id in merged else job
-    pools = {job.pool for job in merged.values() if job.pool is not None}
+    demand = {job.pool for job in merged.values() if job.pool is not None and job.status is JobState.QUEUED}
+    news = {job.pool for job in merged.values() if job.pool is not None and job.status is not JobState.QUEUED}
     if merged:
         _upsert(connection, list(merged.values()), now)
         names = [job.runner_name for job in merged.values() if job.runner_name]
         for start in range(0, len(names), IN_CLAUSE_CHUNK):
             chunk = names[start : start + IN_CLAUSE_CHUNK]
-            pools.update(connection.execute(select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(chunk))).scalars())
-    return IntakeResult(outcomes=tuple(outcomes), pools=frozenset(pools))
+            news.update(connection.execute(select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(chunk))).scalars())
+    return IntakeResult(outcomes=tuple(outcomes), demand=frozenset(demand), news=frozenset(news - demand))
 
 
-def queued_of_pool(connection: Connection, pool: str) -> list[QueuedJob]:
-    """Queued jobs of a pool, oldest first, as plain rows: this runs for every wake of the pool."""
+def queued_count(connection: Connection, pool: str) -> int:
+    query = select(func.count()).where(JOBS.c.status == JobState.QUEUED.value, JOBS.c.pool == pool)
+    return int(connection.execute(query).scalar_one())
+
+
+def queued_of_pool(connection: Connection, pool: str, *, limit: int | None = None, offset: int = 0) -> list[QueuedJob]:
+    """Queued jobs of a pool, oldest first, as plain rows: this runs for every wake of the pool, so the
+    engine reads only as many as could change what it does (a backlog of thousands is read in pages)."""
     query = (
         select(
             JOBS.c.id,
@@ -178,6 +192,8 @@ def queued_of_pool(connection: Connection, pool: str) -> list[QueuedJob]:
         )
         .where(JOBS.c.status == JobState.QUEUED.value, JOBS.c.pool == pool)
         .order_by(JOBS.c.queued_at, JOBS.c.id)
+        .limit(limit)
+        .offset(offset)
     )
     return [QueuedJob(row[0], row[1], row[2], row[3] or 0, row[4], row[5]) for row in connection.execute(query)]
 

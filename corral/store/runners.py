@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import BigInteger, Connection, String, Text, bindparam, func, insert, select, update
 
 from corral.clock import utcnow
 from corral.model import LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
-from corral.store.schema import JOBS, RUNNERS
+from corral.store.schema import JOBS, RUNNERS, UTCDateTime
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
 COLUMNS = (
@@ -156,6 +156,25 @@ def _add_events(
     )
 
 
+MOVE = (
+    update(RUNNERS)
+    .where(RUNNERS.c.id == bindparam("runner_id"), RUNNERS.c.state == bindparam("from_state"))
+    .values(
+        state=bindparam("to_state"),
+        state_changed_at=bindparam("now"),
+        reason=bindparam("code"),
+        message=func.coalesce(bindparam("new_message", type_=Text()), RUNNERS.c.message),
+        server_id=func.coalesce(bindparam("new_server_id", type_=String()), RUNNERS.c.server_id),
+        github_runner_id=func.coalesce(
+            bindparam("new_github_runner_id", type_=BigInteger()), RUNNERS.c.github_runner_id
+        ),
+        registered_at=func.coalesce(bindparam("new_registered_at", type_=UTCDateTime()), RUNNERS.c.registered_at),
+    )
+    .returning(*COLUMNS)
+)
+"""One guarded move, built once: it applies only if the runner is still in the state it was read in."""
+
+
 def apply(connection: Connection, transitions: Sequence[Transition]) -> list[Runner | None]:
     """Apply each transition that still holds; None in place of one whose runner someone else moved first."""
     now = utcnow()
@@ -164,20 +183,19 @@ def apply(connection: Connection, transitions: Sequence[Transition]) -> list[Run
     diverted: Counter[int] = Counter()
     presumed: set[int] = set()
     for move in transitions:
-        values: dict[str, Any] = {"state": move.target.value, "state_changed_at": now, "reason": move.reason.value}
-        if move.target is RunnerState.FAILED or move.message is not None:
-            values["message"] = move.message
-        if move.server_id is not None:
-            values["server_id"] = move.server_id
-        if move.github_runner_id is not None:
-            values["github_runner_id"] = move.github_runner_id
-        if move.registered_at is not None:
-            values["registered_at"] = move.registered_at
         row = connection.execute(
-            update(RUNNERS)
-            .where(RUNNERS.c.id == move.runner.id, RUNNERS.c.state == move.runner.state.value)
-            .values(**values)
-            .returning(*COLUMNS)
+            MOVE,
+            {
+                "runner_id": move.runner.id,
+                "from_state": move.runner.state.value,
+                "to_state": move.target.value,
+                "now": now,
+                "code": move.reason.value,
+                "new_message": move.message,
+                "new_server_id": move.server_id,
+                "new_github_runner_id": move.github_runner_id,
+                "new_registered_at": move.registered_at,
+            },
         ).first()
         if row is None:
             applied.append(None)
@@ -232,12 +250,19 @@ class RunnerAndJob:
     """Whether corral started a runner for that job too (a swap: that runner takes the next job)."""
 
 
-def live_of_pool(connection: Connection, pool: str) -> list[RunnerAndJob]:
-    """A pool's runners not yet deleted, oldest first, each with the status of the job run on it, if any."""
+UNDELETED = [state for state in LIVE if state != RunnerState.DELETING.value]
+
+
+def live_of_pool(connection: Connection, pool: str, *, deleting: bool = True) -> list[RunnerAndJob]:
+    """A pool's runners not yet deleted, oldest first, each with the status of the job run on it, if any.
+
+    `deleting=False` leaves out runners being deleted: only a new look at the far ends can tell anything
+    about them, and under load they are most of a pool's rows.
+    """
     query = (
         select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started)
         .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
-        .where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(LIVE))
+        .where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
         .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
     )
     found: dict[str, RunnerAndJob] = {}
