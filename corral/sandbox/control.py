@@ -95,6 +95,12 @@ def build_control_router(world: World) -> APIRouter:
     async def stats() -> dict[str, Any]:
         return world.snapshot()
 
+    @router.get("/servers")
+    async def servers() -> list[dict[str, Any]]:
+        """Every server's lifetime, deleted ones included (oldest first), with its metadata: how a
+        benchmark counts exactly how many servers an owner had at each moment."""
+        return world.cloud.history()
+
     @router.get("/faults")
     async def get_faults() -> dict[str, Any]:
         return world.faults.describe()
