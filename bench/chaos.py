@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import random
 import re
 import sys
@@ -80,7 +81,7 @@ from corral.sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import chaos_measures as measures
-from bench.support import CorralProcess, HarnessError, create_token, free_port, start_sandbox, stop
+from bench.support import CorralExited, CorralProcess, HarnessError, create_token, free_port, start_sandbox, stop
 from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url, sqlite_url
 
 Database = Literal["sqlite", "postgresql"]
@@ -88,6 +89,7 @@ ORG = "octo-org"
 REPOS = [f"{ORG}/app", f"{ORG}/api", f"{ORG}/web"]
 JOB_KINDS = (("small", 0.5), ("large", 0.3), ("gpu", 0.2))
 """Each job's pool label and the share of jobs that ask for it."""
+MAX_FAILED_STARTS = 5
 AMPLE_RATE_LIMIT = 10_000_000
 """Restored after the exhaustion: a run makes more calls than GitHub's 5,000 an hour, and that is not the point."""
 STARTUP_FAULTS: dict[str, dict[str, Any]] = {
@@ -365,7 +367,7 @@ class ChaosRun:
         ports_before = self.control.get("/stats").json()["cloud"]["ports"]
         self.api.headers["Authorization"] = f"Bearer {create_token(self.config_path, 'chaos')}"
         self.corral.start()
-        self.corral.wait_serving()
+        self._serving()
         self.control.put("/webhook", json={"url": f"{self.corral.url}/webhook"}).raise_for_status()
         self._wait(self._warm, 90, "warm runners before the trace")
         self._put_faults(seed=True)
@@ -392,6 +394,9 @@ class ChaosRun:
         stats = self.control.get("/stats").json()
         deliveries = self.control.get("/deliveries").json()
         self.corral.stop()
+        # For a reader chasing a finding: what the sandbox saw, beside corral's log and database.
+        records = {"jobs": jobs, "servers": lives, "stats": stats, "deliveries": deliveries, "kills": self.kills}
+        (self.workdir / "records.json").write_text(json.dumps(records))
         log_counts, log_samples = scan_log(self.corral.log_path)
         return self._result(
             jobs, lives, stats, deliveries, leaks, stuck_in_corral, run_end, log_counts, log_samples, started
@@ -431,7 +436,7 @@ class ChaosRun:
             self.terminated.append(self._terminate_connections())
 
     def _kill(self, event: Event) -> None:
-        self.corral.wait_serving()
+        self._serving()
         self._killing = True
         try:
             killed = self.corral.kill()
@@ -441,7 +446,7 @@ class ChaosRun:
             restarted = self.corral.start()
         finally:
             self._killing = False
-        serving = self.corral.wait_serving()
+        serving = self._serving()
         self.kills.append((killed, restarted, serving, event.startup_fault))
         self.say(
             f"chaos: kill {len(self.kills)}/{self.options.kills} ({event.startup_fault or 'plain'} restart), "
@@ -463,7 +468,18 @@ class ChaosRun:
         self.unexpected_exits.append(code)
         self.say(f"chaos: corral exited on its own with status {code}; starting it again")
         self.corral.start()
-        self.corral.wait_serving()
+        self._serving()
+
+    def _serving(self) -> float:
+        """Wait until corral answers (epoch seconds); a start that ends on its own is noted and tried again."""
+        for _ in range(MAX_FAILED_STARTS):
+            try:
+                return self.corral.wait_serving()
+            except CorralExited as exc:
+                self.unexpected_exits.append(exc.code)
+                self.say(f"chaos: corral exited with status {exc.code} while starting; starting it again")
+                self.corral.start()
+        raise HarnessError(f"corral serve failed to start {MAX_FAILED_STARTS} times in a row; see its log")
 
     def _until(self, moment: float) -> None:
         """Let the schedule's time pass (this is pacing, not waiting for a result), minding corral meanwhile."""

@@ -105,6 +105,14 @@ class HarnessError(RuntimeError):
     """The benchmark itself could not go on (a process would not start): not a finding about corral."""
 
 
+class CorralExited(HarnessError):
+    """corral serve ended before it answered; `code` is its exit status."""
+
+    def __init__(self, code: int, log_path: Path) -> None:
+        super().__init__(f"corral serve exited with status {code} while starting; see {log_path}")
+        self.code = code
+
+
 class CorralProcess:
     """`corral serve` on a fixed port, which a benchmark can kill -9 and start again on the same database
     and port (so the sandbox's webhook URL stays valid), its log appended to one file across lives."""
@@ -156,7 +164,7 @@ class CorralProcess:
         while not self.serving():
             code = self.exit_code
             if code is not None:
-                raise HarnessError(f"corral serve exited with status {code} while starting; see {self.log_path}")
+                raise CorralExited(code, self.log_path)
             if time.monotonic() > deadline:
                 raise HarnessError(f"corral serve did not answer within {timeout:.0f}s; see {self.log_path}")
             time.sleep(0.05)
