@@ -133,6 +133,11 @@ def build_control_router(world: World) -> APIRouter:
     async def deliveries() -> list[dict[str, Any]]:
         return world.github.deliveries_view()
 
+    @router.get("/deliveries/lost")
+    async def lost_deliveries() -> list[dict[str, Any]]:
+        """Events `webhook_lose_rate` swallowed (GitHub's own log has no trace of them), oldest first."""
+        return world.github.lost_view()
+
     @router.put("/rate-limit")
     async def put_rate_limit(body: RateLimitRequest) -> dict[str, Any]:
         world.github.set_rate_limit(remaining=body.remaining, reset_in=body.reset_in)
