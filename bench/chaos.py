@@ -39,7 +39,8 @@ Definitions of the figures:
   no longer counts as capacity in corral's design either (DESIGN.md: failed runners being cleaned up do not
   count against `max_runners`). Peaks per pool, including excess, are printed beside.
 - stuck_jobs: after the settle time, jobs the sandbox has not completed, together with jobs corral's own
-  table (REST API) still has `queued` or `in_progress` (counted once per job).
+  table (REST API) still has `queued` or `in_progress` (counted once per job). Those corral was never told
+  about (their `queued` event lost, `GET /_sandbox/deliveries/lost`, and unknown to corral) are named apart.
 - recovery_p99_s: per kill, seconds from the kill until a job started on a runner that the restarted corral
   created (corral turning demand into runners again); p99 over kills. A kill not recovered before the next
   one (or the end of the run) counts as the time until then, a lower bound, and is reported as unrecovered.
@@ -47,7 +48,9 @@ Definitions of the figures:
   that moment measures the outage's backlog against the pools' maximum more than corral. It is printed
   beside, as "backlog cleared".
 
-Figures are printed, never asserted: the exit status is 0 unless the harness itself failed (2).
+Figures are printed, never asserted: the exit status is 0 unless the harness itself failed (2). With
+`--workdir`, corral's config, log (all lives, INFO) and database (SQLite) stay there, with `records.json`:
+the sandbox's jobs, server lifetimes, stats, delivery log and lost events, to chase a finding afterwards.
 
     .venv/bin/python bench/chaos.py [--jobs 1000] [--kills 20] [--seed 0] [--database sqlite|postgresql]
                                     [--duration SECONDS] [--settle SECONDS] [--workdir DIR]
@@ -183,6 +186,9 @@ class ChaosResult:
     max_runners: dict[str, int]
     stuck_on_github: list[int]
     stuck_in_corral: list[int]
+    stuck_never_told: list[int]
+    """Stuck jobs corral was never told about: their `queued` event was lost (never sent, so never in the
+    delivery log to redeliver) and corral does not know them."""
     recoveries: list[float | None]
     recovery_bounds: list[float]
     wait_p50_s: float | None
@@ -244,6 +250,11 @@ class ChaosResult:
                 f"stuck: {len(self.stuck_on_github)} unfinished on GitHub {sorted(self.stuck_on_github)[:10]}, "
                 f"{len(self.stuck_in_corral)} unfinished in corral's table {sorted(self.stuck_in_corral)[:10]}"
             )
+            if self.stuck_never_told:
+                lines.append(
+                    f"  of which {len(self.stuck_never_told)} never told to corral: their queued webhook was lost "
+                    f"(never sent) and nothing found them {self.stuck_never_told[:10]}"
+                )
         if self.unrecovered:
             lines.append(f"kills not recovered before the next one: {self.unrecovered} of {len(self.recoveries)}")
         if self.unexpected_exits:
@@ -393,13 +404,15 @@ class ChaosRun:
         lives = self.control.get("/servers").json()
         stats = self.control.get("/stats").json()
         deliveries = self.control.get("/deliveries").json()
+        lost = self.control.get("/deliveries/lost").json()
         self.corral.stop()
         # For a reader chasing a finding: what the sandbox saw, beside corral's log and database.
-        records = {"jobs": jobs, "servers": lives, "stats": stats, "deliveries": deliveries, "kills": self.kills}
+        records = {"jobs": jobs, "servers": lives, "stats": stats, "deliveries": deliveries, "lost": lost}
+        records["kills"] = self.kills
         (self.workdir / "records.json").write_text(json.dumps(records))
         log_counts, log_samples = scan_log(self.corral.log_path)
         return self._result(
-            jobs, lives, stats, deliveries, leaks, stuck_in_corral, run_end, log_counts, log_samples, started
+            jobs, lives, stats, deliveries, lost, leaks, stuck_in_corral, run_end, log_counts, log_samples, started
         )
 
     def _install_app(self) -> None:
@@ -552,6 +565,7 @@ class ChaosRun:
         lives: list[dict[str, Any]],
         stats: dict[str, Any],
         deliveries: list[dict[str, Any]],
+        lost: list[dict[str, Any]],
         leaks: Leaks,
         stuck_in_corral: list[int],
         run_end: float,
@@ -581,6 +595,7 @@ class ChaosRun:
             max_runners=max_runners,
             stuck_on_github=sorted(measures.unfinished(jobs)),
             stuck_in_corral=sorted(stuck_in_corral),
+            stuck_never_told=sorted(measures.never_told(jobs, lost, stuck_in_corral)),
             recoveries=recoveries,
             recovery_bounds=[kill.deadline_s - kill.killed_s for kill in kills],
             wait_p50_s=measures.percentile(waits, 0.5),

@@ -61,6 +61,13 @@ def unfinished(jobs: list[Record]) -> set[int]:
     return {int(job["id"]) for job in jobs if job["status"] != "completed"}
 
 
+def never_told(jobs: list[Record], lost: list[Record], known_unfinished: Iterable[int]) -> set[int]:
+    """Unfinished jobs whose `queued` event was lost (from `GET /_sandbox/deliveries/lost`) and that corral
+    does not have as unfinished either: nothing ever told corral about them."""
+    lost_queued = {int(event["job_id"]) for event in lost if event["action"] == "queued" and event["job_id"]}
+    return (unfinished(jobs) & lost_queued) - set(known_unfinished)
+
+
 def wait_s(job: Record) -> float | None:
     """Queued to started, from the sandbox's sub-second times; None if it never started."""
     started = job.get("started_at_s")
