@@ -11,9 +11,10 @@ three pools: `small` (1 warm, max 4), `large` (1 warm, max 3, a scratch volume) 
 Every job names its pool's label, so no runner of one pool can take another pool's job. While the trace
 runs, at moments drawn from `--seed`:
 
-- corral is killed with SIGKILL (`--kills` times) and started again on the same database and port after
-  0-2 s; webhooks sent meanwhile fail and stay in the delivery log. One restart in three is preceded by
-  Keystone 503s and one in three by Glance 500s (three each, spent as corral starts);
+- corral is killed with SIGKILL (`--kills` times, at least 2 s after it last came back) and started again
+  on the same database and port after 0-2 s; webhooks sent meanwhile fail and stay in the delivery log.
+  One restart in three is preceded by Keystone 503s and one in three by Glance 500s (three each, spent
+  as corral starts);
 - 20% of server creates and deletes answer 500; 10% of GitHub REST calls answer 500;
 - 5% of webhook events are lost (never attempted, `webhook_lose_rate`) and 5% of delivery attempts fail
   (`webhook_drop_rate`, redeliverable);
@@ -93,6 +94,8 @@ REPOS = [f"{ORG}/app", f"{ORG}/api", f"{ORG}/web"]
 JOB_KINDS = (("small", 0.5), ("large", 0.3), ("gpu", 0.2))
 """Each job's pool label and the share of jobs that ask for it."""
 MAX_FAILED_STARTS = 5
+MIN_UPTIME_S = 2.0
+"""The least time corral answers before the next kill, however far behind the schedule the kills are."""
 AMPLE_RATE_LIMIT = 10_000_000
 """Restored after the exhaustion: a run makes more calls than GitHub's 5,000 an hour, and that is not the point."""
 STARTUP_FAULTS: dict[str, dict[str, Any]] = {
@@ -364,6 +367,7 @@ class ChaosRun:
         self.terminated: list[int] = []
         self.unexpected_exits: list[int] = []
         self._killing = False
+        self._answering_since = 0.0
 
     def close(self) -> None:
         self.corral.stop()
@@ -450,6 +454,9 @@ class ChaosRun:
 
     def _kill(self, event: Event) -> None:
         self._serving()
+        # A kill due while corral was still restarting waits a little: back-to-back kills would measure
+        # nothing but start-up, and recovery could not be told from the next outage.
+        self._until(self._answering_since + MIN_UPTIME_S)
         self._killing = True
         try:
             killed = self.corral.kill()
@@ -460,6 +467,7 @@ class ChaosRun:
         finally:
             self._killing = False
         serving = self._serving()
+        self._answering_since = time.monotonic()
         self.kills.append((killed, restarted, serving, event.startup_fault))
         self.say(
             f"chaos: kill {len(self.kills)}/{self.options.kills} ({event.startup_fault or 'plain'} restart), "
