@@ -94,6 +94,7 @@ REPOS = [f"{ORG}/app", f"{ORG}/api", f"{ORG}/web"]
 JOB_KINDS = (("small", 0.5), ("large", 0.3), ("gpu", 0.2))
 """Each job's pool label and the share of jobs that ask for it."""
 MAX_FAILED_STARTS = 5
+"""Starts in a row that may end on their own (each one a finding) before the run gives up."""
 MIN_UPTIME_S = 2.0
 """The least time corral answers before the next kill, however far behind the schedule the kills are."""
 AMPLE_RATE_LIMIT = 10_000_000
@@ -120,6 +121,8 @@ LOG_PATTERNS = {
 
 @dataclass(frozen=True)
 class ChaosOptions:
+    """What a run does; the defaults are the full bench the module docstring describes."""
+
     jobs: int = 1000
     kills: int = 20
     seed: int = 0
