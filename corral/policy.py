@@ -124,6 +124,8 @@ def judge_runner(facts: RunnerFacts) -> Verdict | None:
     with its own reason.
     """
     state = facts.state
+    if state is RunnerState.DELETED:
+        return None  # terminal: the row is history, whatever the far ends say
     server_gone = facts.server_known and facts.server_status is None
     server_stopped = facts.server_status in STOPPED_SERVER_STATES
     server_error = facts.server_status == "ERROR"

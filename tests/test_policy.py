@@ -136,6 +136,7 @@ ACTIVE = {"server_status": "ACTIVE"}
         (facts(RunnerState.DELETING, server_known=False), None),
         (facts(RunnerState.DELETING, registration_known=False), None),
         (facts(RunnerState.DELETING), RunnerState.DELETED),
+        (facts(RunnerState.DELETED), None),
     ],
 )
 def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None:
@@ -143,3 +144,24 @@ def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None
     assert (verdict.target if verdict else None) is expected
     if verdict is not None:
         runner.state.check_transition(verdict.target)
+
+
+@pytest.mark.parametrize("state", list(RunnerState))
+@pytest.mark.parametrize("server_status", [None, "BUILD", "ACTIVE", "SHUTOFF", "ERROR"])
+def test_every_verdict_is_a_move_the_state_machine_allows(state: RunnerState, server_status: str | None) -> None:
+    """The engine asks again after each move, so a runner it just deleted is judged too: a verdict the state
+    machine refuses (deleted -> failed, "its server disappeared") was logged for every deleted runner."""
+    for registered in (False, True):
+        for known in (False, True):
+            runner = facts(
+                state,
+                server_status=server_status,
+                server_known=known,
+                registration_known=known,
+                registered=registered,
+                online=registered,
+                had_registration=True,
+            )
+            verdict = judge_runner(runner)
+            if verdict is not None:
+                state.check_transition(verdict.target)
