@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import yaml
@@ -37,11 +38,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_corral(info: SandboxInfo, document: dict[str, Any], folder: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    """`corral serve` with `document` as its config; returns the process, its URL and an admin token."""
-    config = folder / "corral.yaml"
-    config.write_text(yaml.safe_dump(document))
-    token = subprocess.run(
+def create_token(config: Path, name: str = "bench", scope: str = "admin") -> str:
+    """An API token made the way an operator makes one: `corral token create` on the config's database."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -51,14 +50,21 @@ def start_corral(info: SandboxInfo, document: dict[str, Any], folder: Path) -> t
             str(config),
             "create",
             "--name",
-            "bench",
+            name,
             "--scope",
-            "admin",
+            scope,
         ],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
+
+
+def start_corral(info: SandboxInfo, document: dict[str, Any], folder: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    """`corral serve` with `document` as its config; returns the process, its URL and an admin token."""
+    config = folder / "corral.yaml"
+    config.write_text(yaml.safe_dump(document))
+    token = create_token(config)
     port = free_port()
     process = subprocess.Popen(
         [
@@ -93,3 +99,93 @@ def start_corral(info: SandboxInfo, document: dict[str, Any], folder: Path) -> t
 def stop(process: subprocess.Popen[Any]) -> None:
     process.terminate()
     process.wait(timeout=60)
+
+
+class HarnessError(RuntimeError):
+    """The benchmark itself could not go on (a process would not start): not a finding about corral."""
+
+
+class CorralExited(HarnessError):
+    """corral serve ended before it answered; `code` is its exit status."""
+
+    def __init__(self, code: int, log_path: Path) -> None:
+        super().__init__(f"corral serve exited with status {code} while starting; see {log_path}")
+        self.code = code
+
+
+class CorralProcess:
+    """`corral serve` on a fixed port, which a benchmark can kill -9 and start again on the same database
+    and port (so the sandbox's webhook URL stays valid), its log appended to one file across lives."""
+
+    def __init__(self, config: Path, port: int, clouds_yaml: str, log_path: Path, log_level: str = "INFO") -> None:
+        self.config = config
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self._env = {**os.environ, "OS_CLIENT_CONFIG_FILE": clouds_yaml}
+        self._log_level = log_level
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> float:
+        """Start a new life; returns when it was started (epoch seconds)."""
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self.starts += 1
+        started = time.time()
+        self._log.write(f"=== corral serve, life {self.starts}, started at {started:.3f}\n".encode())
+        self._log.flush()
+        self._process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "corral.cli", "serve", "--config", str(self.config)),
+                *("--listen", f"127.0.0.1:{self.port}", "--log-level", self._log_level),
+            ],
+            env=self._env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        return started
+
+    @property
+    def exit_code(self) -> int | None:
+        """None while running (or never started); the exit status once it has ended."""
+        return None if self._process is None else self._process.poll()
+
+    def serving(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def wait_serving(self, timeout: float = 90.0) -> float:
+        """Wait until its API answers; returns when (epoch seconds)."""
+        deadline = time.monotonic() + timeout
+        while not self.serving():
+            code = self.exit_code
+            if code is not None:
+                raise CorralExited(code, self.log_path)
+            if time.monotonic() > deadline:
+                raise HarnessError(f"corral serve did not answer within {timeout:.0f}s; see {self.log_path}")
+            time.sleep(0.05)
+        return time.time()
+
+    def kill(self) -> float:
+        """SIGKILL: no shutdown code runs, as when the machine or the OOM killer takes the process."""
+        assert self._process is not None
+        killed = time.time()
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait(timeout=30)
+        return killed
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=30)
+        if self._log is not None:
+            self._log.close()
+            self._log = None

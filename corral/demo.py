@@ -145,6 +145,17 @@ class Leaks:
         return self.servers + self.volumes + self.ports + self.registrations
 
 
+def count_leaks(stats: dict[str, Any], ports_before: int) -> Leaks:
+    """What the cloud and GitHub still hold, from the sandbox's `/_sandbox/stats`, once every pool is drained:
+    any server, volume or runner registration, and any port beyond those that existed before corral ran."""
+    return Leaks(
+        servers=stats["cloud"]["servers"],
+        volumes=stats["cloud"]["volumes"],
+        ports=max(0, stats["cloud"]["ports"] - ports_before),
+        registrations=stats["github"]["runners"]["registered"],
+    )
+
+
 @dataclass
 class Outcome:
     """What the summary reports."""
@@ -309,13 +320,7 @@ class Demo:
                 api.post(f"/api/v1/pools/{pool['name']}/drain").raise_for_status()
 
         def leaks() -> Leaks:
-            stats = control.get("/stats").json()
-            return Leaks(
-                servers=stats["cloud"]["servers"],
-                volumes=stats["cloud"]["volumes"],
-                ports=max(0, stats["cloud"]["ports"] - ports_before),
-                registrations=stats["github"]["runners"]["registered"],
-            )
+            return count_leaks(control.get("/stats").json(), ports_before)
 
         def clean() -> bool:
             return leaks().total == 0 and not api.get("/api/v1/runners").json()

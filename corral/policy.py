@@ -181,13 +181,13 @@ def judge_runner(facts: RunnerFacts) -> Verdict | None:
     with its own reason.
     """
     state = facts.state
+    if state is RunnerState.DELETED:
+        return None  # terminal: the row is history, whatever the far ends say
     server_gone = facts.server_known and facts.server_status is None
     server_stopped = facts.server_status in STOPPED_SERVER_STATES
     server_error = facts.server_status == "ERROR"
     registration_gone = facts.registration_known and not facts.registered
 
-    if state is RunnerState.DELETED:
-        return None
     if state in (RunnerState.FINISHED, RunnerState.FAILED):
         return Verdict(RunnerState.DELETING, Reason.CLEANUP)
     if state is RunnerState.DELETING:

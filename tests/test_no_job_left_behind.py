@@ -162,3 +162,29 @@ def test_at_the_rate_limit_corral_stops_calling_github_until_the_reset(
     wait_until(lambda: completed(control, second), timeout=45, what="a job served after the reset")
     refused = counters(control).get("github_rate_limited", 0)
     assert 1 <= refused <= 2, f"corral should stop at the limit, not keep calling: {refused} refused calls"
+
+
+def test_a_github_app_at_its_rate_limit_starts_no_runner_before_the_reset(
+    sandbox: Sandbox, control: httpx.Client, start: StartCorral
+) -> None:
+    """A corral that starts (or restarts) while its App is at the limit must learn its installation before it can
+    do anything for a scope: the App's own limit pauses the scope too. Found by bench/chaos.py: a restart during
+    the limit started a runner a second for nothing, each failing at its JIT config, and the failures' backoff
+    held creation back well past the reset."""
+    control.post(f"/jobs/{queue_job(control, ['small'])}/cancel").raise_for_status()  # the org and its App
+    control.put("/rate-limit", json={"remaining": 0, "reset_in": 6}).raise_for_status()
+    corral = start(
+        reconcile_interval="0.2s",
+        github={
+            "url": sandbox.info.github_url,
+            "app_id": sandbox.info.app_id,
+            "private_key_file": sandbox.info.private_key_path,
+            "webhook_secret": sandbox.info.webhook_secret,
+        },
+    )
+    job_id = queue_job(control, ["small"])
+    wait_until(lambda: completed(control, job_id), timeout=30, what="the job, served after the reset")
+    with corral.api() as api:
+        runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
+    refused = [runner["name"] for runner in runners if "JIT config" in (runner["failure_reason"] or "")]
+    assert len(refused) <= 1, f"only the call that met the limit may fail, not one runner a pass: {refused}"

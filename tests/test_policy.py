@@ -149,6 +149,7 @@ ACTIVE = {"server_status": "ACTIVE"}
         (facts(RunnerState.PENDING, in_flight=True, job_status=JobState.COMPLETED), None),
         # A timeout needs a look that could have seen the runner online: not without GitHub's listing.
         (facts(RunnerState.BOOTING, server_status="BUILD", observed_age_s=601, registration_known=False), None),
+        (facts(RunnerState.DELETED), None),
     ],
 )
 def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None:
@@ -196,3 +197,24 @@ def test_a_job_past_max_runners_per_job_is_held_until_github_confirms_it_after_a
     twice_more = QueuedJob(4, NOW, NOW - timedelta(seconds=10), runners_diverted=5, diverted_at=diverted_at)
     demand = demand_of(unconfirmed, confirmed_before_backoff, confirmed_after, twice_more)
     assert (demand.wanted, demand.held) == ([3], [1, 2, 4]), "the wait doubles: 60 s at 3 diversions, 240 s at 5"
+
+
+@pytest.mark.parametrize("state", list(RunnerState))
+@pytest.mark.parametrize("server_status", [None, "BUILD", "ACTIVE", "SHUTOFF", "ERROR"])
+def test_every_verdict_is_a_move_the_state_machine_allows(state: RunnerState, server_status: str | None) -> None:
+    """The engine asks again after each move, so a runner it just deleted is judged too: a verdict the state
+    machine refuses (deleted -> failed, "its server disappeared") was logged for every deleted runner."""
+    for registered in (False, True):
+        for known in (False, True):
+            runner = facts(
+                state,
+                server_status=server_status,
+                server_known=known,
+                registration_known=known,
+                registered=registered,
+                online=registered,
+                had_registration=True,
+            )
+            verdict = judge_runner(runner)
+            if verdict is not None:
+                state.check_transition(verdict.target)

@@ -212,9 +212,18 @@ class GitHubClient:
             page += 1
 
     def paused_for(self, scope: ScopeConfig) -> float:
-        """Seconds until calls for `scope` may be made again (0: now), without calling GitHub."""
-        credential = f"installation:{scope.owner.lower()}" if self._config.uses_app else "token"
-        return self.rate_gate.wait_s(credential)
+        """Seconds until calls for `scope` may be made again (0: now), without calling GitHub.
+
+        With an App, a scope whose installation is not known yet (a fresh start) is reached through the App's
+        own credential first, to look the installation up: until then the App's limit pauses the scope too.
+        """
+        if not self._config.uses_app:
+            return self.rate_gate.wait_s("token")
+        owner = scope.owner.lower()
+        paused = self.rate_gate.wait_s(f"installation:{owner}")
+        if owner not in self._per_owner:
+            paused = max(paused, self.rate_gate.wait_s("app"))
+        return paused
 
     def _credential(self, client: GitHub[Any]) -> str:
         """Whose rate-limit budget a client draws on: the token or App itself, or one installation."""

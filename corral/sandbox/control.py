@@ -95,6 +95,12 @@ def build_control_router(world: World) -> APIRouter:
     async def stats() -> dict[str, Any]:
         return world.snapshot()
 
+    @router.get("/servers")
+    async def servers() -> list[dict[str, Any]]:
+        """Every server's lifetime, deleted ones included (oldest first), with its metadata: how a
+        benchmark counts exactly how many servers an owner had at each moment."""
+        return world.cloud.history()
+
     @router.get("/faults")
     async def get_faults() -> dict[str, Any]:
         return world.faults.describe()
@@ -126,6 +132,11 @@ def build_control_router(world: World) -> APIRouter:
     @router.get("/deliveries")
     async def deliveries() -> list[dict[str, Any]]:
         return world.github.deliveries_view()
+
+    @router.get("/deliveries/lost")
+    async def lost_deliveries() -> list[dict[str, Any]]:
+        """Events `webhook_lose_rate` swallowed (GitHub's own log has no trace of them), oldest first."""
+        return world.github.lost_view()
 
     @router.put("/rate-limit")
     async def put_rate_limit(body: RateLimitRequest) -> dict[str, Any]:

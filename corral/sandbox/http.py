@@ -58,7 +58,7 @@ def instrumented_router(
                     await request.body()
                     await asyncio.sleep(decision.latency_s)
                 if decision.error_status is not None:
-                    world.stats.incr(f"{side}_injected_errors")
+                    world.stats.injected_error(side, key)
                     return error_response(decision.error_status, "injected fault")
                 if pre_hook is not None:
                     early = await pre_hook(request, key)

@@ -15,6 +15,7 @@ class Stats:
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self.api_calls: dict[str, Counter[str]] = {"openstack": Counter(), "github": Counter()}
+        self.injected_errors: dict[str, Counter[str]] = {"openstack": Counter(), "github": Counter()}
 
     def incr(self, name: str, amount: int = 1) -> None:
         self.counters[name] += amount
@@ -22,13 +23,19 @@ class Stats:
     def api_call(self, side: str, endpoint: str) -> None:
         self.api_calls[side][endpoint] += 1
 
+    def injected_error(self, side: str, endpoint: str) -> None:
+        """An endpoint fault answered a call with an error instead of the handler."""
+        self.counters[f"{side}_injected_errors"] += 1
+        self.injected_errors[side][endpoint] += 1
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "counters": dict(sorted(self.counters.items())),
             "api_calls": {side: dict(sorted(calls.items())) for side, calls in self.api_calls.items()},
+            "injected_errors": {side: dict(sorted(calls.items())) for side, calls in self.injected_errors.items()},
         }
 
     def reset(self) -> None:
         self.counters.clear()
-        for calls in self.api_calls.values():
+        for calls in (*self.api_calls.values(), *self.injected_errors.values()):
             calls.clear()

@@ -91,6 +91,7 @@ def test_a_jit_runner_takes_a_fitting_job_runs_it_and_its_server_shuts_off(
     assert done["runner_id"] == runner_id
     assert done["conclusion"] == "success"
     assert done["queued_at"] <= done["started_at"] <= done["completed_at"]
+    assert done["queued_at_s"] <= done["started_at_s"] <= done["completed_at_s"] - 0.2, "sub-second times"
     wait_until(lambda: server_status(os_conn, server.id) == "SHUTOFF", what="server SHUTOFF")
     runners = gh.rest.actions.list_self_hosted_runners_for_org(ORG).parsed_data
     assert runner_id not in [runner.id for runner in runners.runners], "ephemeral runner must deregister"
@@ -184,6 +185,31 @@ def test_deleting_a_busy_runners_server_fails_its_job(
     assert runner.status == "offline"
 
 
+def test_server_lifetimes_stay_listed_with_their_metadata_after_the_servers_are_gone(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    _, jit = jit_runner(sandbox, "corral-small-8", ["small"])
+    control.post("/jobs", json={"repo": REPO, "labels": ["small"], "duration": 0}).raise_for_status()
+    image = os_conn.image.find_image("ubuntu-24.04-runner", ignore_missing=False)
+    flavor = os_conn.compute.find_flavor("m1.small", ignore_missing=False)
+    server = os_conn.compute.create_server(
+        name="corral-small-8",
+        image_id=image.id,
+        flavor_id=flavor.id,
+        networks="none",
+        metadata={"corral-pool": "small"},
+        user_data=base64.b64encode(f"./run.sh --jitconfig {jit}".encode()).decode(),
+    )
+    wait_until(lambda: server_status(os_conn, server.id) == "SHUTOFF", what="the runner ran its job and exited")
+    os_conn.compute.delete_server(server.id)
+    wait_until(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, what="the server gone")
+
+    [life] = control.get("/servers").json()
+    assert (life["id"], life["name"], life["metadata"]) == (server.id, "corral-small-8", {"corral-pool": "small"})
+    assert life["created_s"] <= life["active_s"] <= life["stopped_s"] <= life["delete_requested_s"] <= life["gone_s"]
+    assert life["errored_s"] is None
+
+
 def test_a_trace_queues_its_jobs_at_their_arrival_times(sandbox: Sandbox, control: httpx.Client) -> None:
     trace = {"jobs": [{"at": 0.0, "repo": REPO, "labels": ["a"]}, {"at": 0.3, "repo": REPO, "labels": ["b"]}]}
     assert control.post("/trace", json=trace).json() == {"scheduled": 2, "last_arrival_s": 0.3}
@@ -221,4 +247,5 @@ def test_injected_endpoint_errors_reach_the_client_and_are_counted(
         raise AssertionError("the injected 503 did not reach openstacksdk")
     stats = control.get("/stats").json()
     assert stats["counters"]["openstack_injected_errors"] >= 1
+    assert stats["injected_errors"]["openstack"]["GET /compute/v2.1/flavors/detail"] >= 1
     assert any(key.startswith("GET /compute/v2.1/flavors") for key in stats["api_calls"]["openstack"])

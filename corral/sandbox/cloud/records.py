@@ -187,3 +187,35 @@ class Volume:
     attached_at: datetime | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     bootable: bool = False
+
+
+@dataclass(slots=True)
+class ServerLife:
+    """When one server was created, came up, stopped and went away (epoch seconds; None: not yet).
+
+    Kept after the server is gone, so a benchmark can replay how many servers each owner had at any
+    moment, exactly, instead of sampling listings and missing the peaks between samples.
+    """
+
+    id: str
+    name: str
+    metadata: dict[str, str]
+    created_s: float
+    active_s: float | None = None
+    stopped_s: float | None = None
+    errored_s: float | None = None
+    delete_requested_s: float | None = None
+    gone_s: float | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "metadata": dict(self.metadata),
+            "created_s": self.created_s,
+            "active_s": self.active_s,
+            "stopped_s": self.stopped_s,
+            "errored_s": self.errored_s,
+            "delete_requested_s": self.delete_requested_s,
+            "gone_s": self.gone_s,
+        }

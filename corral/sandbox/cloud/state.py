@@ -15,8 +15,9 @@ import base64
 import binascii
 import ipaddress
 import secrets
+import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from corral.sandbox.cloud.records import (
     SecurityGroup,
     Server,
     ServerGroup,
+    ServerLife,
     Subnet,
     Volume,
 )
@@ -46,6 +48,8 @@ NO_VALID_HOST = "No valid host was found. "
 POWER_NOSTATE, POWER_RUNNING, POWER_SHUTDOWN = 0, 1, 4
 NOVA_QUOTAS = ("instances", "cores", "ram")
 CINDER_QUOTAS = ("volumes", "gigabytes")
+HISTORY_LIMIT = 100_000
+"""Server lifetimes kept for `/_sandbox/servers`, oldest dropped first: a long demo must not grow without bound."""
 
 
 @dataclass(slots=True)
@@ -110,6 +114,7 @@ class CloudState:
     - `set_quota(**limits)`: instances, cores, ram, volumes, gigabytes for the sandbox project.
     - `quota_view()`: each quota's limit and what is in use.
     - `add_network(name, cidr)`: one more tenant network with a subnet.
+    - `history()`: every server's lifetime (`ServerLife.view()`), deleted ones included, oldest first.
     - `reset()`: drop what was created at run time, restore default quotas and seeded resources.
     """
 
@@ -132,6 +137,7 @@ class CloudState:
         self.server_groups: dict[str, ServerGroup] = {}
         self.servers: dict[str, Server] = {}
         """In creation order, which is the reverse of Nova's default listing order."""
+        self.lives: OrderedDict[str, ServerLife] = OrderedDict()
         self.ports: dict[str, Port] = {}
         self.ports_by_device: dict[str, list[str]] = {}
         self.volumes: dict[str, Volume] = {}
@@ -153,6 +159,7 @@ class CloudState:
         server.status, server.vm_state, server.task_state = "SHUTOFF", "stopped", None
         server.power_state = POWER_SHUTDOWN
         server.touch(now())
+        self._lived(server_id, "stopped_s")
         self.world.stats.incr("openstack_servers_powered_off")
 
     def power_on(self, server_id: str) -> None:
@@ -188,6 +195,15 @@ class CloudState:
         self.networks[network.id], self.subnets[subnet.id] = network, subnet
         self._next_ip[subnet.id] = int(block[2])
         return network
+
+    def history(self) -> list[dict[str, Any]]:
+        return [life.view() for life in self.lives.values()]
+
+    def _lived(self, server_id: str, moment: str) -> None:
+        """Note the first time `server_id` reached `moment` (a `ServerLife` field)."""
+        life = self.lives.get(server_id)
+        if life is not None and getattr(life, moment) is None:
+            setattr(life, moment, time.time())
 
     def quota_view(self) -> dict[str, dict[str, int]]:
         return {name: {"limit": limit, "in_use": self.used[name]} for name, limit in self.quota.items()}
@@ -286,6 +302,9 @@ class CloudState:
         )
         server.port_ids = [self._plug(server, nic) for nic in request.nics]
         self.servers[server.id] = server
+        self.lives[server.id] = ServerLife(server.id, server.name, dict(server.metadata), time.time())
+        while len(self.lives) > HISTORY_LIMIT:
+            self.lives.popitem(last=False)
         self.used.update(instances=1, cores=request.flavor.vcpus, ram=request.flavor.ram)
         if server.server_group_id:
             self.server_groups[server.server_group_id].members.append(server.id)
@@ -350,6 +369,7 @@ class CloudState:
             volume = self.volumes[attachment.volume_id]
             volume.status, volume.attached_at, volume.updated_at = "in-use", moment, moment
         server.touch(moment)
+        self._lived(server.id, "active_s")
         self.world.stats.incr("openstack_servers_active")
         self.world.server_active(server.id, decode_user_data(server.user_data))
 
@@ -365,6 +385,7 @@ class CloudState:
         self._unplug_all(server)
         server.touch(moment)
         self.counters["servers_errored"] += 1
+        self._lived(server.id, "errored_s")
         self.world.stats.incr("openstack_servers_errored")
         self.world.server_gone(server.id)
 
@@ -374,6 +395,7 @@ class CloudState:
         if not server.deleting:
             server.deleting, server.task_state = True, "deleting"
             server.touch(now())
+            self._lived(server.id, "delete_requested_s")
             self.world.server_gone(server.id)
             self.world.call_later(self.world.timings.delete_delay, self._remove, server.id)
 
@@ -397,6 +419,7 @@ class CloudState:
         if group is not None and server.id in group.members:
             group.members.remove(server.id)
         self.counters["servers_deleted"] += 1
+        self._lived(server.id, "gone_s")
         self.world.stats.incr("openstack_servers_deleted")
 
     def _unplug_all(self, server: Server) -> None:

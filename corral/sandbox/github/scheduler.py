@@ -240,6 +240,10 @@ class Scheduler:
             "queued_at": isoformat(job.created_at),
             "started_at": isoformat(job.started_at),
             "completed_at": isoformat(job.completed_at),
+            # GitHub's timestamps have one-second resolution; these (epoch seconds) are for measuring.
+            "queued_at_s": job.created_at.timestamp(),
+            "started_at_s": job.started_at.timestamp() if job.started_at else None,
+            "completed_at_s": job.completed_at.timestamp() if job.completed_at else None,
         }
 
     def snapshot(self) -> dict[str, Any]:

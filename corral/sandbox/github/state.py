@@ -9,7 +9,7 @@ Interface the world and the control API rely on:
 - `submit_job(repo, labels, duration, workflow_name=None) -> dict`, `job_view(job_id) -> dict | None`,
   `jobs_view()`, `cancel_job(job_id) -> dict | None`: the control API's job shape.
 - `webhook_url` (settable; setting a new URL sends a `ping`, as creating a hook does),
-  `deliveries_view()`, `set_rate_limit(remaining, reset_in)`, `snapshot()`, `reset()`, `close()`.
+  `deliveries_view()`, `lost_view()`, `set_rate_limit(remaining, reset_in)`, `snapshot()`, `reset()`, `close()`.
 """
 
 from __future__ import annotations
@@ -185,6 +185,13 @@ class GitHubState:
             installation_id=installation.id if installation else None,
             repository_id=job.repo.id,
         )
+
+    def lost_view(self) -> list[dict[str, Any]]:
+        """Events never attempted (`webhook_lose_rate`), oldest first; `job_id` for `workflow_job` events."""
+        return [
+            {"event": event, "action": action, "job_id": key if event == "workflow_job" else None}
+            for event, action, key in self.webhooks.lost
+        ]
 
     def deliveries_view(self) -> list[dict[str, Any]]:
         """The delivery log, oldest first, for the control API."""

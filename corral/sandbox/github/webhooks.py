@@ -119,6 +119,9 @@ class WebhookDispatcher:
         self.hook_id = hook_id
         self.url: str | None = None
         self.log: OrderedDict[int, Delivery] = OrderedDict()
+        self.lost: list[tuple[str, str | None, int]] = []
+        """Events `webhook_lose_rate` swallowed, as (event, action, ordering key): GitHub keeps no trace of
+        them, but a benchmark must tell a job nobody was told about from one corral lost."""
         self.counts: Counter[str] = Counter()
         self._generation = 0
         self._next_id = FIRST_DELIVERY_ID
@@ -130,6 +133,7 @@ class WebhookDispatcher:
         """Forget the log and counters; attempts queued before now are skipped."""
         self._generation += 1
         self.log.clear()
+        self.lost.clear()
         in_queue = self.counts["queued"]
         self.counts.clear()
         self.counts["queued"] = in_queue
@@ -163,6 +167,9 @@ class WebhookDispatcher:
             return
         if self.world.faults.chance(self.world.faults.world.webhook_lose_rate):
             self.counts["lost"] += 1
+            action = payload.get("action")
+            if len(self.lost) < LOG_LIMIT:
+                self.lost.append((event, action if isinstance(action, str) else None, ordering_key))
             return
         body = json.dumps(payload, separators=(",", ":")).encode()
         action = payload.get("action")
