@@ -64,12 +64,6 @@ def test_a_webhook_never_sent_is_found_by_polling_with_a_token(start: Any, contr
     assert control.get("/stats").json()["github"]["webhooks"]["lost"] >= 1
 
 
-@pytest.mark.xfail(
-    reason="engine defect: with a GitHub App, JobTracker.recover_missed (corral/engine/jobs.py) only asks for "
-    "failed deliveries to be redelivered; an event GitHub never attempted leaves no failed delivery, and queued "
-    "runs are polled only with a token, so the job is never found (found by bench/chaos.py)",
-    strict=False,
-)
 def test_a_webhook_never_sent_is_found_with_a_github_app_too(start: Any, control: httpx.Client) -> None:
     corral = start("app")
     seen = control.post("/jobs", json={"repo": "octo-org/app", "labels": ["small"], "duration": 0}).json()

@@ -119,13 +119,15 @@ class JobTracker:
         return {pool for pool in await asyncio.gather(*(verify(job) for job in jobs)) if pool}
 
     async def recover_missed(self, config: CorralConfig) -> set[str]:
-        """Once per `missed_job_scan`: redeliver failed App deliveries, or poll queued runs with a token."""
+        """Once per `missed_job_scan`: with an App, ask GitHub to redeliver failed deliveries; with an App or a
+        token, list the queued runs of the repositories corral serves. Both, because GitHub may also never
+        attempt a delivery at all (an outage on its side, a hook briefly misconfigured): such a job leaves no
+        failed delivery to redeliver, and only a look at the queued runs finds it."""
         if self.clock() < self._next_scan:
             return set()
         self._next_scan = self.clock() + config.missed_job_scan
         if config.github.uses_app:
             await self._redeliver_failed()
-            return set()
         return await self._poll_queued(config)
 
     async def _redeliver_failed(self) -> None:
