@@ -22,6 +22,8 @@ UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 QUIET_LOGGERS = {
     "httpx": logging.WARNING,  # a line per request at INFO; corral's own lines are the ones worth reading
     "httpcore": logging.INFO,  # its DEBUG trace prints response headers and nothing an operator needs
+    # a warning with a traceback on every retry of a 5xx; corral reports each call's final outcome itself
+    "githubkit": logging.ERROR,
 }
 _STANDARD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
