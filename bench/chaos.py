@@ -80,7 +80,7 @@ import yaml
 
 from corral.demo import Leaks, count_leaks
 from corral.files import write_private
-from corral.local import corral_config, pool_spec
+from corral.local import app_github, corral_config, pool_spec
 from corral.sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -353,12 +353,7 @@ class ChaosRun:
         self.control = httpx.Client(base_url=info.control_url, timeout=60)
         self.pools = chaos_pools()
         document = corral_config(info, database_url, self.pools, default_pool="small")
-        document["github"] = {
-            "url": info.github_url,
-            "app_id": info.app_id,
-            "private_key_file": info.private_key_path,
-            "webhook_secret": info.webhook_secret,
-        }
+        document["github"] = app_github(info)
         # Shorter than the defaults so a run of minutes sees its lost webhooks found and its stale jobs checked.
         document.update(reconcile_interval="1s", stale_job_check="10s", missed_job_scan="5s")
         self.config_path = workdir / "corral.yaml"

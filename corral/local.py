@@ -57,6 +57,16 @@ def corral_config(sandbox: SandboxInfo, database_url: str, pools: dict[str, Any]
     }
 
 
+def app_github(sandbox: SandboxInfo) -> dict[str, Any]:
+    """The `github` section for the sandbox's GitHub App (installation tokens, redeliveries) instead of a PAT."""
+    return {
+        "url": sandbox.github_url,
+        "app_id": sandbox.app_id,
+        "private_key_file": sandbox.private_key_path,
+        "webhook_secret": sandbox.webhook_secret,
+    }
+
+
 def pool_spec(labels: list[str], **overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "scope": {"org": "octo-org"},

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, app_github, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
 from tests.waiting import wait_until
 
@@ -60,12 +60,7 @@ def test_two_hundred_jobs_with_lost_webhooks_and_failed_boots_all_complete_and_n
     document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", pools(), default_pool="small")
     document.update(missed_job_scan="3s", max_runners_per_job=6)
     if auth == "app":
-        document["github"] = {
-            "url": sandbox.info.github_url,
-            "app_id": sandbox.info.app_id,
-            "private_key_file": sandbox.info.private_key_path,
-            "webhook_secret": sandbox.info.webhook_secret,
-        }
+        document["github"] = app_github(sandbox.info)
         lost = {"webhook_drop_rate": 0.2}  # failed deliveries: found again by asking GitHub to redeliver
     else:
         lost = {"webhook_lose_rate": 0.2}  # never sent at all: found again by polling queued runs

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, app_github, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
@@ -22,12 +22,7 @@ def start(sandbox: Sandbox, tmp_path: Path, start_corral: StartCorral) -> Callab
         # Only the missed-job scan can find the job: no stale-job checks within the test's time.
         document.update(missed_job_scan="1s", stale_job_check="1h", reconcile_interval="1s")
         if auth == "app":
-            document["github"] = {
-                "url": sandbox.info.github_url,
-                "app_id": sandbox.info.app_id,
-                "private_key_file": sandbox.info.private_key_path,
-                "webhook_secret": sandbox.info.webhook_secret,
-            }
+            document["github"] = app_github(sandbox.info)
         return start_corral(document=document)
 
     return make

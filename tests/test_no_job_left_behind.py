@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, pool_spec
+from corral.local import LocalCorral, app_github, pool_spec
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import ORG, online_per_pool
@@ -175,12 +175,7 @@ def test_a_github_app_at_its_rate_limit_starts_no_runner_before_the_reset(
     control.put("/rate-limit", json={"remaining": 0, "reset_in": 6}).raise_for_status()
     corral = start(
         reconcile_interval="0.2s",
-        github={
-            "url": sandbox.info.github_url,
-            "app_id": sandbox.info.app_id,
-            "private_key_file": sandbox.info.private_key_path,
-            "webhook_secret": sandbox.info.webhook_secret,
-        },
+        github=app_github(sandbox.info),
     )
     job_id = queue_job(control, ["small"])
     wait_until(lambda: completed(control, job_id), timeout=30, what="the job, served after the reset")

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from corral import secrets
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, app_github, corral_config, pool_spec
 from corral.logs import configure_logging
 from corral.model import RunnerState
 from corral.sandbox.github import jitconfig
@@ -125,12 +125,7 @@ def test_at_debug_on_every_logger_no_line_carries_a_secret(
     configure_logging("json", "DEBUG")
     document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"small": pool_spec(["small"])})
     if auth == "app":
-        document["github"] = {
-            "url": sandbox.info.github_url,
-            "app_id": sandbox.info.app_id,
-            "private_key_file": sandbox.info.private_key_path,
-            "webhook_secret": sandbox.info.webhook_secret,
-        }
+        document["github"] = app_github(sandbox.info)
     capture = EveryRecord()
     corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document)
     every_logger_at_debug(capture)  # after uvicorn set up its loggers, so that it does not undo this
