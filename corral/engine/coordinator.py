@@ -23,6 +23,7 @@ memory between passes is what is under way (the supervisor's actions) and backof
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -35,7 +36,7 @@ from string import Template
 from corral.clock import utcnow
 from corral.cloud.provider import CloudProvider
 from corral.config import CorralConfig
-from corral.engine.backoff import LogOnce
+from corral.engine.backoff import Backoff, LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator, server_spec
@@ -144,9 +145,7 @@ class Engine:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then wait for actions under way."""
-        statuses = await self.store.run(pools.statuses)
-        self.drained = {name for name, status in statuses.items() if status.drained}
-        await self._sync_workers()
+        await self._start_workers(stop)
         self._loops = [
             asyncio.create_task(self.observer.run(self._stop), name="corral-observer"),
             asyncio.create_task(self._every(ActionKind.POOL_CHECK, self._check_due_pools, 1.0), name="corral-checks"),
@@ -169,6 +168,23 @@ class Engine:
             await self.supervisor.cancel()
         self.creator.close()
         self._cloud_threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _start_workers(self, stop: asyncio.Event) -> None:
+        """Read what the store says about pools (operators' drains, pools with runners left) and start their
+        workers; a database that is not there yet is waited for, with backoff, rather than ending corral."""
+        backoff = Backoff(base_s=1.0, cap_s=60.0, clock=self.clock)
+        while not stop.is_set():
+            try:
+                statuses = await self.store.run(pools.statuses)
+                self.drained = {name for name, status in statuses.items() if status.drained}
+                await self._sync_workers()
+                return
+            except Exception as exc:
+                wait = backoff.failed()
+                self.log_once.warning("start", f"cannot read the database, trying again in {wait:.0f}s: {exc}")
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await stop.wait()
 
     async def _every(
         self,
