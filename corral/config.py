@@ -326,6 +326,9 @@ class TuningConfig(StrictModel):
     busy_covers_job: Wait = 30.0
     """How long a runner that turned busy is taken to run the job it was started for, unless GitHub says
     otherwise first; after that a job still queued may get another runner."""
+    confirm_after: Duration = 5.0
+    """How long after a job was presumed taken (its runner took another one) GitHub is asked whether it really
+    was: long enough for the runner that did take it to say so, so that a still-queued answer means it."""
     max_hold: Wait = 600.0
     """The longest a job whose runners keep going to other jobs waits before it may get another."""
     pool_recheck: Interval = 300.0

@@ -103,6 +103,7 @@ def judge_demand(
     max_runners_per_job: int,
     max_hold: timedelta,
     busy_covers_job: timedelta,
+    confirm_after: timedelta,
 ) -> Demand:
     """Which queued jobs count as demand now (oldest first), and which are held back.
 
@@ -112,8 +113,8 @@ def judge_demand(
     A job is presumed taken for `busy_covers_job` after its own runner took a job corral cannot name (it
     finished before corral saw it busy), or took a job that had a runner of its own (a swap: runners take
     the oldest fitting job, so that other runner most likely takes this one). The webhook saying so is
-    usually on its way; the engine also asks GitHub at once, and a confirmation that the job is still
-    queued makes it demand again.
+    usually on its way; the engine also asks GitHub after `confirm_after` (time for the runner that took it
+    to say so), and a confirmation then that the job is still queued makes it demand again.
 
     A job whose runners went to other jobs `max_runners_per_job` times is held: each further runner is a
     likely duplicate, so it gets another only once GitHub confirms it still queued after a wait that
@@ -123,7 +124,7 @@ def judge_demand(
     for job in queued:
         taken_at = job.maybe_taken_at
         presumed = taken_at is not None and taken_at >= now - busy_covers_job
-        if presumed and taken_at is not None and (job.checked_at is None or job.checked_at < taken_at):
+        if presumed and taken_at is not None and (job.checked_at is None or job.checked_at < taken_at + confirm_after):
             continue
         confirmed = job.checked_at is not None and job.checked_at >= now - stale_after
         if job.received_at < now - stale_after and not confirmed:

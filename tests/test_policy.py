@@ -171,6 +171,7 @@ def demand_of(*jobs: QueuedJob, max_runners_per_job: int = 3) -> Demand:
         max_runners_per_job=max_runners_per_job,
         max_hold=timedelta(minutes=10),
         busy_covers_job=timedelta(seconds=30),
+        confirm_after=timedelta(seconds=5),
     )
 
 
@@ -218,3 +219,10 @@ def test_every_verdict_is_a_move_the_state_machine_allows(state: RunnerState, se
             verdict = judge_runner(runner)
             if verdict is not None:
                 state.check_transition(verdict.target)
+
+
+def test_a_presumed_taken_job_is_demand_again_once_github_says_it_is_still_queued_after_a_moment() -> None:
+    taken_at = NOW - timedelta(seconds=10)
+    asked_too_soon = QueuedJob(1, NOW, taken_at + timedelta(seconds=1), 1, taken_at, maybe_taken_at=taken_at)
+    asked_after = QueuedJob(2, NOW, taken_at + timedelta(seconds=6), 1, taken_at, maybe_taken_at=taken_at)
+    assert demand_of(asked_too_soon, asked_after).wanted == [2], "a still-queued answer counts after confirm_after"

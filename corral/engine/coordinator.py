@@ -7,9 +7,10 @@
                         KeyedWorkers: one worker per pool, wakes folded, never two passes of one pool
                                                     │ reconcile_pool(pool) -> requeue_after
                                                     v
-         judge runners (policy.judge_runner) ─> Mover (guarded transitions, one transaction per step)
-         scale (policy.judge_demand, plan_scale) ─> intents written ─> Supervisor: Creator.create
-         deleting runners, surplus, removed pools ─────────────────> Supervisor: Cleaner.delete/retire
+         RunnerJudge (policy.judge_runner) ─> Mover (guarded transitions, one transaction per step)
+         deleting runners ─────────────────────────────────────────> Supervisor: Cleaner.delete
+         Scaler (policy.judge_demand, plan_scale) ─> intents written ─> Supervisor: Creator.create
+                  surplus idle, removed pools, drains ─────────────> Supervisor: Cleaner.retire
          snapshot ─> StatusPublisher (gauges, status row when changed)
 
     beside them, supervised and periodic: PoolChecker (pool checks with backoff), JobTracker (stale and
@@ -41,38 +42,28 @@ from corral.engine.checks import PoolChecker
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator, server_spec
 from corral.engine.jobs import JobTracker
+from corral.engine.judge import RunnerJudge
 from corral.engine.observe import Observation, Observer, observe
+from corral.engine.scaler import Scaler
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
-from corral.engine.transitions import Mover, log_new_runners
+from corral.engine.transitions import Mover
 from corral.engine.workers import KeyedWorkers
 from corral.github.client import GitHubClient
-from corral.metrics import ACTION_ERRORS, JOBS, RECONCILE_SECONDS, RUNNER_BOOT_SECONDS
+from corral.metrics import ACTION_ERRORS, JOBS, RECONCILE_SECONDS
 from corral.model import (
-    FREE_STATES,
     STARTING_STATES,
     IntakeResult,
     JobState,
-    QueuedJob,
     Reason,
-    Runner,
     RunnerState,
-    Transition,
 )
-from corral.policy import Demand, PoolCounts, RunnerFacts, Verdict, judge_demand, judge_runner, plan_scale
 from corral.store import Store, jobs, pools, retention, runners
-from corral.store.runners import NewRunner, RunnerAndJob
 from corral.userdata import load_template
 
 logger = logging.getLogger("corral.engine")
 
-MAX_STEPS_PER_PASS = 4
-"""Transitions one runner may make in one pass (booting -> idle -> busy -> finished, say), each recorded."""
-DEFAULT_BOOTSTRAP_TIMEOUT_S = 600.0
-"""For runners of a pool removed from the configuration, whose own timeout is gone with it."""
 RETENTION_EVERY_S = 3600.0
-BOOT_FAILURES = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED, Reason.BOOTSTRAP_TIMEOUT})
-"""Servers the cloud accepted that never became runners: each backs the pool off like a failed create."""
 SHUTDOWN_WAIT_S = 60.0
 """How long a stopping corral waits for creates and deletes under way (what it abandons, the next start finds)."""
 
@@ -109,6 +100,8 @@ class Engine:
         self.clock = clock
         self.log_once = LogOnce(logger, clock=clock)
         self.supervisor = Supervisor()
+        self._ask_github = asyncio.Event()
+        """Set when a job's fate became uncertain (its runner took a job corral cannot name): ask GitHub soon."""
         self._cloud_threads = ThreadPoolExecutor(config.cloud.threads, "corral-cloud")
         self.mover = Mover(store)
         self.checker = PoolChecker(
@@ -127,6 +120,20 @@ class Engine:
         self.cleaner = Cleaner(self.mover, cloud, github, self._cloud_threads, self.log_once)
         self.jobs = JobTracker(store, github, self.log_once, clock)
         self.status = StatusPublisher(store)
+        self.judge = RunnerJudge(lambda: self.config, self.mover, self.supervisor, self.creator, self._ask_github_in)
+        self.scaler = Scaler(
+            config=lambda: self.config,
+            template=lambda: self.template,
+            generation=lambda: self.generation,
+            drained=lambda: self.drained,
+            readiness=self.pool_ready,
+            store=store,
+            supervisor=self.supervisor,
+            creator=self.creator,
+            cleaner=self.cleaner,
+            status=self.status,
+            log_once=self.log_once,
+        )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
         self.drained: set[str] = set()
@@ -137,8 +144,6 @@ class Engine:
         self.passes = 0
         """Looks at both far ends completed (each followed by a pass of every pool)."""
         self._stop = asyncio.Event()
-        self._ask_github = asyncio.Event()
-        """Set when a job's fate became uncertain (its runner took a job corral cannot name): ask GitHub soon."""
         self._loops: list[asyncio.Task[None]] = []
 
     # -- life cycle -------------------------------------------------------------------------------
@@ -168,6 +173,10 @@ class Engine:
             await self.supervisor.cancel()
         self.creator.close()
         self._cloud_threads.shutdown(wait=False, cancel_futures=True)
+
+    def _ask_github_in(self, after_s: float) -> None:
+        """Run job upkeep (which asks GitHub about uncertain jobs) in `after_s` seconds."""
+        asyncio.get_running_loop().call_later(after_s, self._ask_github.set)
 
     async def _start_workers(self, stop: asyncio.Event) -> None:
         """Read what the store says about pools (operators' drains, pools with runners left) and start their
@@ -305,7 +314,7 @@ class Engine:
             self._looked_at.pop(name, None)
             self.workers.ensure(set(self.workers.keys) - {name})  # this worker ends after this pass
             return None
-        current = await self._judge(rows, observation)
+        current = await self.judge.judge(rows, observation)
         for runner in current:
             deleting = runner.state is RunnerState.DELETING and not self.supervisor.busy(runner.id)
             if deleting and self.cleaner.due(runner, observation):
@@ -322,226 +331,11 @@ class Engine:
         else:
             states[RunnerState.DELETING] += self._deleting.get(name, 0)
         if pool is None:
-            self._retire(current, [RunnerState.IDLE, RunnerState.BOOTING], Reason.POOL_REMOVED, None)
+            self.scaler.retire(current, [RunnerState.IDLE, RunnerState.BOOTING], Reason.POOL_REMOVED, None)
             snapshot = PoolSnapshot(name, states, reason="removed from the configuration", removed=True)
             await self.status.publish(snapshot, self.generation)
             return None
-        return await self._scale(name, current, states)
-
-    async def _judge(self, rows: list[RunnerAndJob], observation: Observation | None) -> list[Runner]:
-        """Move every runner as far as what is known takes it, a step (one transaction) at a time."""
-        by_id = {row.runner.id: row for row in rows}
-        current = {row.runner.id: row.runner for row in rows}
-        pending = list(current)
-        for _ in range(MAX_STEPS_PER_PASS):
-            transitions = []
-            for runner_id in pending:
-                runner = current[runner_id]
-                row = by_id[runner_id]
-                verdict = judge_runner(self._facts(runner, row, observation))
-                if verdict is not None:
-                    transitions.append(self._transition(runner, row, verdict))
-            if not transitions:
-                break
-            moved = await self.mover.apply(transitions)
-            pending = []
-            for transition, result in zip(transitions, moved, strict=True):
-                if result is not None:
-                    current[result.id] = result
-                    pending.append(result.id)
-                    self._learn(transition)
-                    if transition.presumed_taken:
-                        self._ask_github.set()
-        return [runner for runner in current.values() if runner.state is not RunnerState.DELETED]
-
-    def _facts(self, runner: Runner, row: RunnerAndJob, observation: Observation | None) -> RunnerFacts:
-        pool = self.config.pools.get(runner.pool)
-        timeout = pool.bootstrap_timeout if pool else DEFAULT_BOOTSTRAP_TIMEOUT_S
-        in_flight = self.supervisor.busy(runner.id)
-        if observation is None:
-            return RunnerFacts(
-                state=runner.state,
-                in_flight=in_flight,
-                observed_age_s=0.0,
-                bootstrap_timeout_s=timeout,
-                server_known=False,
-                registration_known=False,
-                had_registration=runner.github_runner_id is not None,
-                job_status=row.job_status,
-            )
-        # Absence only counts against a runner that was already in its state when the look began.
-        seen_before = runner.state_changed_at < observation.started_at
-        server = observation.server_for(runner.id)
-        registration = observation.registration_for(runner.scope, runner.name)
-        return RunnerFacts(
-            state=runner.state,
-            in_flight=in_flight,
-            observed_age_s=(observation.started_at - runner.created_at).total_seconds(),
-            bootstrap_timeout_s=timeout,
-            server_known=observation.servers is not None and (server is not None or seen_before),
-            server_status=server.status if server else None,
-            server_fault=server.fault if server else None,
-            registration_known=runner.scope in observation.registrations and (registration is not None or seen_before),
-            registered=registration is not None,
-            online=bool(registration and registration.online),
-            busy=bool(registration and registration.busy),
-            had_registration=runner.github_runner_id is not None,
-            job_status=row.job_status,
-        )
-
-    def _learn(self, transition: Transition) -> None:
-        """What a runner's move says about its pool's way from intent to runner: back off, or carry on."""
-        if transition.reason is Reason.CAME_ONLINE:
-            self.creator.came_online(transition.runner.pool)
-        elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
-            self.creator.booting_failed(transition.runner, transition.reason, transition.message)
-
-    def _transition(self, runner: Runner, row: RunnerAndJob, verdict: Verdict) -> Transition:
-        registered_at = None
-        # It came online: seen online, seen busy, or its job was done (which it must have come online for).
-        came_online = verdict.target in (RunnerState.IDLE, RunnerState.BUSY) or verdict.reason is Reason.JOB_DONE
-        if came_online and runner.registered_at is None:
-            registered_at = utcnow()
-            RUNNER_BOOT_SECONDS.labels(runner.pool).observe((registered_at - runner.created_at).total_seconds())
-        # A runner that turned busy, or finished from booting or idle (its job was over before corral saw it
-        # busy), took a job; unless the job table says which, it may not be the one it was started for.
-        took_a_job = verdict.target is RunnerState.BUSY or (
-            verdict.target is RunnerState.FINISHED and runner.state in (RunnerState.BOOTING, RunnerState.IDLE)
-        )
-        took = row.job_id if row.job_status is not None else None
-        diverted = runner.job_id if took_a_job and runner.job_id is not None and took != runner.job_id else None
-        return Transition(
-            runner,
-            verdict.target,
-            verdict.reason,
-            verdict.message,
-            registered_at=registered_at,
-            diverted_job=diverted,
-            # Unless it took a job nobody else was started for, the job it was started for has most likely
-            # gone to another of the pool's runners (runners take the oldest fitting job, not their own).
-            presumed_taken=diverted is not None and (took is None or row.job_had_runner),
-        )
-
-    async def _scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
-        pool = self.config.pools[name]
-        ready, reason = self.pool_ready(name)
-        drained = name in self.drained
-        # Jobs beyond these cannot change the plan (creates are capped by max_runners, and runners go to the
-        # oldest uncovered jobs): read no more of a backlog than that.
-        covering = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is not None)
-        needed = 0 if drained else max(pool.max_runners - states[RunnerState.BUSY], 0) + covering
-        queued, demand, exhausted = await self._demand(name, needed)
-        queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
-        if demand.held:
-            self.log_once.warning(
-                f"held:{name}",
-                f"pool {name}: {len(demand.held)} queued job(s) held back: their runners went to other jobs "
-                f"{self.config.max_runners_per_job} times (max_runners_per_job); each gets another once GitHub "
-                "confirms it still queued",
-            )
-        counts = PoolCounts(
-            starting=sum(states[state] for state in STARTING_STATES),
-            idle=states[RunnerState.IDLE],
-            busy=states[RunnerState.BUSY],
-            queued_jobs=len(demand.wanted),
-        )
-        min_idle, max_runners = (0, 0) if drained else (pool.min_idle, pool.max_runners)
-        plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
-        requeue_after: float | None = None
-        if plan.create and ready:
-            await self._start(name, current, queued, demand.wanted, plan.create)
-        elif plan.create and self.creator.paused_s(name) > 0:
-            requeue_after = self.creator.paused_s(name)
-        if plan.surplus_idle:
-            grace_left = self._retire_surplus(name, current, plan.surplus_idle, drained)
-            if grace_left is not None:
-                requeue_after = min(requeue_after or grace_left, grace_left)
-        snapshot = PoolSnapshot(
-            name,
-            states,
-            queued_jobs=queued_total,
-            held_jobs=len(demand.held),
-            desired=plan.desired,
-            ready=ready,
-            reason=reason,
-        )
-        await self.status.publish(snapshot, self.generation)
-        return requeue_after
-
-    async def _demand(self, name: str, needed: int) -> tuple[list[QueuedJob], Demand, bool]:
-        """The pool's queued jobs judged (`policy.judge_demand`), read a page at a time until `needed` of them
-        count as demand or none are left (then the third value is True: every queued job was read)."""
-        now = utcnow()
-        queued: list[QueuedJob] = []
-        demand = Demand()
-        page = needed * 2 + 20
-        while len(demand.wanted) < needed:
-            batch = await self.store.run(jobs.queued_of_pool, name, limit=page, offset=len(queued))
-            queued += batch
-            judged = judge_demand(
-                batch,
-                now=now,
-                stale_after=timedelta(seconds=self.config.stale_job_check),
-                max_runners_per_job=self.config.max_runners_per_job,
-                max_hold=timedelta(seconds=self.config.tuning.max_hold),
-                busy_covers_job=timedelta(seconds=self.config.tuning.busy_covers_job),
-            )
-            demand.wanted += judged.wanted
-            demand.held += judged.held
-            if len(batch) < page:
-                return queued, demand, True
-        return queued, demand, False
-
-    async def _start(
-        self, name: str, current: list[Runner], queued: list[QueuedJob], wanted: list[int], count: int
-    ) -> None:
-        """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
-        creating them. A job is covered while a runner started for it can still take it."""
-        pool = self.config.pools[name]
-        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
-        uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
-        for_jobs = (uncovered + [None] * count)[:count]
-        intents = [
-            NewRunner(
-                pool=name,
-                scope=pool.scope.key,
-                labels=tuple(pool.labels),
-                reason=Reason.DEMAND if job_id is not None else Reason.WARM,
-                job_id=job_id,
-            )
-            for job_id in for_jobs
-        ]
-        created = await self.store.run(runners.add, self.config.name_prefix, intents)
-        log_new_runners(created)
-        received = {job.id: job.received_at for job in queued}
-        config, template = self.config, self.template
-        for runner in created:
-            job_received_at = received.get(runner.job_id) if runner.job_id is not None else None
-            self.supervisor.start(
-                ActionKind.CREATE,
-                runner.id,
-                self.creator.create(runner, config, template, job_received_at),
-                on_error=self.creator.on_error(runner),
-            )
-
-    def _retire_surplus(self, name: str, current: list[Runner], surplus: int, drained: bool) -> float | None:
-        """Retire the oldest idle runners above what is wanted once they have idled `idle_grace`; returns the
-        seconds until the next one has (None if none waits)."""
-        grace = self.config.pools[name].idle_grace
-        now = utcnow()
-        idle = [
-            runner for runner in current if runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id)
-        ]
-        ripe = [runner for runner in idle if (now - runner.state_changed_at).total_seconds() >= grace]
-        reason = Reason.POOL_DRAINED if drained else Reason.SCALE_DOWN
-        self._retire(ripe[:surplus], [RunnerState.IDLE], reason, "idle above what the pool wants")
-        waiting = [grace - (now - runner.state_changed_at).total_seconds() for runner in idle if runner not in ripe]
-        return min(waiting) if waiting and len(ripe) < surplus else None
-
-    def _retire(self, candidates: list[Runner], states: list[RunnerState], reason: Reason, message: str | None) -> None:
-        for runner in candidates:
-            if runner.state in states and not self.supervisor.busy(runner.id):
-                self.supervisor.start(ActionKind.RETIRE, runner.id, self.cleaner.retire(runner, reason, message))
+        return await self.scaler.scale(name, current, states)
 
     # -- beside the passes ------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ class JobTracker:
             store_jobs.stale_queued,
             queued_before=now - stale,
             checked_before=now - stale,
+            presumed_before=now - timedelta(seconds=config.tuning.confirm_after),
             limit=config.tuning.stale_checks_per_pass,
         )
         jobs += await self.store.run(

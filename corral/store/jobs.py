@@ -223,12 +223,15 @@ def listing(
     return [to_job(row) for row in connection.execute(query)]
 
 
-def stale_queued(connection: Connection, *, queued_before: datetime, checked_before: datetime, limit: int) -> list[Job]:
-    """Queued jobs worth asking GitHub about: old ones not asked recently, and ones whose runner took a job
-    corral could not name since they were last asked (they may be running already)."""
+def stale_queued(
+    connection: Connection, *, queued_before: datetime, checked_before: datetime, presumed_before: datetime, limit: int
+) -> list[Job]:
+    """Queued jobs worth asking GitHub about: old ones not asked recently, and ones presumed taken before
+    `presumed_before` and not asked since (they may be running already, or still waiting for a runner)."""
     unasked = JOBS.c.checked_at.is_(None)
     old = (JOBS.c.received_at < queued_before) & (unasked | (JOBS.c.checked_at < checked_before))
-    uncertain = JOBS.c.maybe_taken_at.is_not(None) & (unasked | (JOBS.c.checked_at < JOBS.c.maybe_taken_at))
+    presumed = JOBS.c.maybe_taken_at.is_not(None) & (JOBS.c.maybe_taken_at < presumed_before)
+    uncertain = presumed & (unasked | (JOBS.c.checked_at < JOBS.c.maybe_taken_at))
     query = (
         select(*COLUMNS)
         .where(JOBS.c.status == JobState.QUEUED.value, old | uncertain)

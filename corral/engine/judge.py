@@ -1,0 +1,139 @@
+"""Judging a pool's runners: what the newest look at the far ends and the job table say, turned into moves.
+
+`policy.judge_runner` decides, one step at a time; this gathers the facts it decides on, applies its verdicts
+(a step's moves share one transaction) and learns from them: a runner coming online ends its pool's backoff,
+a server that never became a runner extends it, and a job whose runner took another one is presumed taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from corral.clock import utcnow
+from corral.config import CorralConfig
+from corral.engine.creator import Creator
+from corral.engine.observe import Observation
+from corral.engine.supervisor import Supervisor
+from corral.engine.transitions import Mover
+from corral.metrics import RUNNER_BOOT_SECONDS
+from corral.model import Reason, Runner, RunnerState, Transition
+from corral.policy import RunnerFacts, Verdict, judge_runner
+from corral.store.runners import RunnerAndJob
+
+MAX_STEPS_PER_PASS = 4
+"""Transitions one runner may make in one pass (booting -> idle -> busy -> finished, say), each recorded."""
+DEFAULT_BOOTSTRAP_TIMEOUT_S = 600.0
+"""For runners of a pool removed from the configuration, whose own timeout is gone with it."""
+BOOT_FAILURES = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED, Reason.BOOTSTRAP_TIMEOUT})
+"""Servers the cloud accepted that never became runners: each backs the pool off like a failed create."""
+
+
+class RunnerJudge:
+    def __init__(
+        self,
+        config: Callable[[], CorralConfig],
+        mover: Mover,
+        supervisor: Supervisor,
+        creator: Creator,
+        ask_github: Callable[[float], None],
+    ) -> None:
+        """`ask_github(after_s)` is called when a job's fate became uncertain: GitHub is asked about it then."""
+        self._config = config
+        self.mover = mover
+        self.supervisor = supervisor
+        self.creator = creator
+        self._ask_github = ask_github
+
+    async def judge(self, rows: list[RunnerAndJob], observation: Observation | None) -> list[Runner]:
+        """Move every runner as far as what is known takes it, a step (one transaction) at a time."""
+        by_id = {row.runner.id: row for row in rows}
+        current = {row.runner.id: row.runner for row in rows}
+        pending = list(current)
+        for _ in range(MAX_STEPS_PER_PASS):
+            transitions = []
+            for runner_id in pending:
+                runner = current[runner_id]
+                row = by_id[runner_id]
+                verdict = judge_runner(self._facts(runner, row, observation))
+                if verdict is not None:
+                    transitions.append(self._transition(runner, row, verdict))
+            if not transitions:
+                break
+            moved = await self.mover.apply(transitions)
+            pending = []
+            for transition, result in zip(transitions, moved, strict=True):
+                if result is not None:
+                    current[result.id] = result
+                    pending.append(result.id)
+                    self._learn(transition)
+                    if transition.presumed_taken:
+                        self._ask_github(self._config().tuning.confirm_after)
+        return [runner for runner in current.values() if runner.state is not RunnerState.DELETED]
+
+    def _facts(self, runner: Runner, row: RunnerAndJob, observation: Observation | None) -> RunnerFacts:
+        pool = self._config().pools.get(runner.pool)
+        timeout = pool.bootstrap_timeout if pool else DEFAULT_BOOTSTRAP_TIMEOUT_S
+        in_flight = self.supervisor.busy(runner.id)
+        if observation is None:
+            return RunnerFacts(
+                state=runner.state,
+                in_flight=in_flight,
+                observed_age_s=0.0,
+                bootstrap_timeout_s=timeout,
+                server_known=False,
+                registration_known=False,
+                had_registration=runner.github_runner_id is not None,
+                job_status=row.job_status,
+            )
+        # Absence only counts against a runner that was already in its state when the look began.
+        seen_before = runner.state_changed_at < observation.started_at
+        server = observation.server_for(runner.id)
+        registration = observation.registration_for(runner.scope, runner.name)
+        return RunnerFacts(
+            state=runner.state,
+            in_flight=in_flight,
+            observed_age_s=(observation.started_at - runner.created_at).total_seconds(),
+            bootstrap_timeout_s=timeout,
+            server_known=observation.servers is not None and (server is not None or seen_before),
+            server_status=server.status if server else None,
+            server_fault=server.fault if server else None,
+            registration_known=runner.scope in observation.registrations and (registration is not None or seen_before),
+            registered=registration is not None,
+            online=bool(registration and registration.online),
+            busy=bool(registration and registration.busy),
+            had_registration=runner.github_runner_id is not None,
+            job_status=row.job_status,
+        )
+
+    def _learn(self, transition: Transition) -> None:
+        """What a runner's move says about its pool's way from intent to runner: back off, or carry on."""
+        if transition.reason is Reason.CAME_ONLINE:
+            self.creator.came_online(transition.runner.pool)
+        elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
+            self.creator.booting_failed(transition.runner, transition.reason, transition.message)
+
+    def _transition(self, runner: Runner, row: RunnerAndJob, verdict: Verdict) -> Transition:
+        registered_at = None
+        # It came online: seen online, seen busy, or its job was done (which it must have come online for).
+        came_online = verdict.target in (RunnerState.IDLE, RunnerState.BUSY) or verdict.reason is Reason.JOB_DONE
+        if came_online and runner.registered_at is None:
+            registered_at = utcnow()
+            RUNNER_BOOT_SECONDS.labels(runner.pool).observe((registered_at - runner.created_at).total_seconds())
+        # A runner that turned busy, or finished from booting or idle (its job was over before corral saw it
+        # busy), took a job; unless the job table says which, it may not be the one it was started for.
+        took_a_job = verdict.target is RunnerState.BUSY or (
+            verdict.target is RunnerState.FINISHED and runner.state in (RunnerState.BOOTING, RunnerState.IDLE)
+        )
+        took = row.job_id if row.job_status is not None else None
+        diverted = runner.job_id if took_a_job and runner.job_id is not None and took != runner.job_id else None
+        return Transition(
+            runner,
+            verdict.target,
+            verdict.reason,
+            verdict.message,
+            registered_at=registered_at,
+            diverted_job=diverted,
+            # Unless it took a job nobody else was started for, the job it was started for has most likely
+            # gone to another of the pool's runners (runners take the oldest fitting job, not their own).
+            presumed_taken=diverted is not None and (took is None or row.job_had_runner),
+        )

@@ -1,0 +1,179 @@
+"""Scaling a pool: how many runners its demand and `min_idle` want, and acting on the difference.
+
+`policy.judge_demand` and `policy.plan_scale` decide; this reads the queued jobs (no more of a backlog than
+could change the plan), writes the intents for new runners and hands them to the creator, and retires idle
+runners above what the pool wants once they have idled `idle_grace`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from string import Template
+
+from corral.clock import utcnow
+from corral.config import CorralConfig
+from corral.engine.backoff import LogOnce
+from corral.engine.cleaner import Cleaner
+from corral.engine.creator import Creator
+from corral.engine.status import PoolSnapshot, StatusPublisher
+from corral.engine.supervisor import ActionKind, Supervisor
+from corral.engine.transitions import log_new_runners
+from corral.model import FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
+from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
+from corral.store import Store, jobs, runners
+from corral.store.runners import NewRunner
+
+
+class Scaler:
+    def __init__(
+        self,
+        *,
+        config: Callable[[], CorralConfig],
+        template: Callable[[], Template],
+        generation: Callable[[], int],
+        drained: Callable[[], set[str]],
+        readiness: Callable[[str], tuple[bool, str | None]],
+        store: Store,
+        supervisor: Supervisor,
+        creator: Creator,
+        cleaner: Cleaner,
+        status: StatusPublisher,
+        log_once: LogOnce,
+    ) -> None:
+        """The callables read the engine's current configuration and state, which a reload replaces."""
+        self._config = config
+        self._template = template
+        self._generation = generation
+        self._drained = drained
+        self._readiness = readiness
+        self.store = store
+        self.supervisor = supervisor
+        self.creator = creator
+        self.cleaner = cleaner
+        self.status = status
+        self.log_once = log_once
+
+    async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
+        """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
+        pool = self._config().pools[name]
+        ready, reason = self._readiness(name)
+        drained = name in self._drained()
+        # Jobs beyond these cannot change the plan (creates are capped by max_runners, and runners go to the
+        # oldest uncovered jobs): read no more of a backlog than that.
+        covering = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is not None)
+        needed = 0 if drained else max(pool.max_runners - states[RunnerState.BUSY], 0) + covering
+        queued, demand, exhausted = await self._demand(name, needed)
+        queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
+        if demand.held:
+            self.log_once.warning(
+                f"held:{name}",
+                f"pool {name}: {len(demand.held)} queued job(s) held back: their runners went to other jobs "
+                f"{self._config().max_runners_per_job} times (max_runners_per_job); each gets another once GitHub "
+                "confirms it still queued",
+            )
+        counts = PoolCounts(
+            starting=sum(states[state] for state in STARTING_STATES),
+            idle=states[RunnerState.IDLE],
+            busy=states[RunnerState.BUSY],
+            queued_jobs=len(demand.wanted),
+        )
+        min_idle, max_runners = (0, 0) if drained else (pool.min_idle, pool.max_runners)
+        plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
+        requeue_after: float | None = None
+        if plan.create and ready:
+            await self._start(name, current, queued, demand.wanted, plan.create)
+        elif plan.create and self.creator.paused_s(name) > 0:
+            requeue_after = self.creator.paused_s(name)
+        if plan.surplus_idle:
+            grace_left = self._retire_surplus(name, current, plan.surplus_idle, drained)
+            if grace_left is not None:
+                requeue_after = min(requeue_after or grace_left, grace_left)
+        snapshot = PoolSnapshot(
+            name,
+            states,
+            queued_jobs=queued_total,
+            held_jobs=len(demand.held),
+            desired=plan.desired,
+            ready=ready,
+            reason=reason,
+        )
+        await self.status.publish(snapshot, self._generation())
+        return requeue_after
+
+    async def _demand(self, name: str, needed: int) -> tuple[list[QueuedJob], Demand, bool]:
+        """The pool's queued jobs judged (`policy.judge_demand`), read a page at a time until `needed` of them
+        count as demand or none are left (then the third value is True: every queued job was read)."""
+        now = utcnow()
+        queued: list[QueuedJob] = []
+        demand = Demand()
+        page = needed * 2 + 20
+        while len(demand.wanted) < needed:
+            batch = await self.store.run(jobs.queued_of_pool, name, limit=page, offset=len(queued))
+            queued += batch
+            judged = judge_demand(
+                batch,
+                now=now,
+                stale_after=timedelta(seconds=self._config().stale_job_check),
+                max_runners_per_job=self._config().max_runners_per_job,
+                max_hold=timedelta(seconds=self._config().tuning.max_hold),
+                busy_covers_job=timedelta(seconds=self._config().tuning.busy_covers_job),
+                confirm_after=timedelta(seconds=self._config().tuning.confirm_after),
+            )
+            demand.wanted += judged.wanted
+            demand.held += judged.held
+            if len(batch) < page:
+                return queued, demand, True
+        return queued, demand, False
+
+    async def _start(
+        self, name: str, current: list[Runner], queued: list[QueuedJob], wanted: list[int], count: int
+    ) -> None:
+        """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
+        creating them. A job is covered while a runner started for it can still take it."""
+        pool = self._config().pools[name]
+        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+        uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
+        for_jobs = (uncovered + [None] * count)[:count]
+        intents = [
+            NewRunner(
+                pool=name,
+                scope=pool.scope.key,
+                labels=tuple(pool.labels),
+                reason=Reason.DEMAND if job_id is not None else Reason.WARM,
+                job_id=job_id,
+            )
+            for job_id in for_jobs
+        ]
+        created = await self.store.run(runners.add, self._config().name_prefix, intents)
+        log_new_runners(created)
+        received = {job.id: job.received_at for job in queued}
+        config, template = self._config(), self._template()
+        for runner in created:
+            job_received_at = received.get(runner.job_id) if runner.job_id is not None else None
+            self.supervisor.start(
+                ActionKind.CREATE,
+                runner.id,
+                self.creator.create(runner, config, template, job_received_at),
+                on_error=self.creator.on_error(runner),
+            )
+
+    def _retire_surplus(self, name: str, current: list[Runner], surplus: int, drained: bool) -> float | None:
+        """Retire the oldest idle runners above what is wanted once they have idled `idle_grace`; returns the
+        seconds until the next one has (None if none waits)."""
+        grace = self._config().pools[name].idle_grace
+        now = utcnow()
+        idle = [
+            runner for runner in current if runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id)
+        ]
+        ripe = [runner for runner in idle if (now - runner.state_changed_at).total_seconds() >= grace]
+        reason = Reason.POOL_DRAINED if drained else Reason.SCALE_DOWN
+        self.retire(ripe[:surplus], [RunnerState.IDLE], reason, "idle above what the pool wants")
+        waiting = [grace - (now - runner.state_changed_at).total_seconds() for runner in idle if runner not in ripe]
+        return min(waiting) if waiting and len(ripe) < surplus else None
+
+    def retire(self, candidates: list[Runner], states: list[RunnerState], reason: Reason, message: str | None) -> None:
+        for runner in candidates:
+            if runner.state in states and not self.supervisor.busy(runner.id):
+                self.supervisor.start(ActionKind.RETIRE, runner.id, self.cleaner.retire(runner, reason, message))
