@@ -11,11 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openstack.connection
 import pytest
 
 from corral.cloud.openstack import OpenStackProvider
-from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, CloudRequestRejected, ServerSpec
+from corral.cloud.provider import (
+    META_INSTALLATION,
+    META_POOL,
+    META_RUNNER,
+    CloudError,
+    CloudRequestRejected,
+    ServerSpec,
+)
 from corral.config import VolumeConfig
 from corral.local import sandbox_connection
 from corral.sandbox.server import Sandbox
@@ -107,3 +115,17 @@ def test_novas_refusal_stays_a_rejection_when_rechecking_the_names_fails(
     finally:
         sandbox.call(lambda: sandbox.world.faults.configure({"endpoints": []}))
     assert "HTTP 400: Volume type no-such-type could not be found." in str(refused.value)
+
+
+def test_a_keystone_failure_on_first_use_is_a_cloud_error(sandbox: Sandbox, control: httpx.Client) -> None:
+    """Found by bench/chaos.py: the compute proxy authenticates on first use, outside any call corral wraps,
+    so a Keystone 503 at start-up escaped as keystoneauth's own exception instead of a cloud error."""
+    refused = {"match": "openstack POST /identity/v3/auth/tokens", "error_rate": 1.0, "status": 503, "count": 1}
+    control.put("/faults", json={"endpoints": [refused]}).raise_for_status()
+    fresh = OpenStackProvider(sandbox_connection(sandbox.info), "corral")
+    try:
+        with pytest.raises(CloudError):
+            fresh.list_servers()
+        assert fresh.list_servers() == [], "and once Keystone answers again, the provider works"
+    finally:
+        fresh.close()

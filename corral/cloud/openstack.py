@@ -187,7 +187,9 @@ class OpenStackProvider:
         reads as "not supported". Cached for the process's life, that guess would make every server untagged,
         and a later, tag-filtered listing would never see them: so an unknown answer raises instead.
         """
-        compute = self.connection.compute
+        # The first use of the proxy authenticates and discovers versions: a Keystone that fails then must
+        # surface as a cloud error like any other call's, not as keystoneauth's own exception.
+        compute = self._idempotent("connect to the compute API", lambda: self.connection.compute)
         data = self._idempotent("discover the compute API", compute.get_endpoint_data)
         if data is None or data.max_microversion is None:
             raise CloudTransientError("discover the compute API: no version information (is Nova reachable?)")
