@@ -223,12 +223,6 @@ def note(connection: Connection, runner: Runner, reason: Reason, message: str) -
     _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], utcnow())
 
 
-def set_github_runner_id(connection: Connection, runner_id: str, github_runner_id: int) -> None:
-    """Record the registration a JIT config made, before the server is asked for: a crash in between
-    must still leave a registration corral can find and delete."""
-    connection.execute(update(RUNNERS).where(RUNNERS.c.id == runner_id).values(github_runner_id=github_runner_id))
-
-
 def get(connection: Connection, runner_id: str) -> Runner | None:
     row = connection.execute(select(*COLUMNS).where(RUNNERS.c.id == runner_id)).first()
     return to_runner(row) if row else None
@@ -341,16 +335,6 @@ def recent_failures(connection: Connection, limit: int = 20) -> list[tuple[Runne
         .limit(limit)
     )
     return [(_event(row[:6]), to_runner(row[6:])) for row in connection.execute(query)]
-
-
-def states_of_pool(connection: Connection, pool: str) -> Counter[RunnerState]:
-    """Live runners of a pool by state, counted by the database."""
-    query = (
-        select(RUNNERS.c.state, func.count())
-        .where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(LIVE))
-        .group_by(RUNNERS.c.state)
-    )
-    return Counter({RunnerState(state): count for state, count in connection.execute(query)})
 
 
 def counts(connection: Connection) -> Counter[tuple[str, RunnerState]]:
