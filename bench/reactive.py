@@ -176,7 +176,7 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
             cpu_steady = cpu_s(process) - cpu_before
             after = control.get("/stats").json()
         finally:
-            stop(corral)
+            corral.stop()
     finally:
         stop(sandbox)
     delays = create_delays(database)
@@ -236,7 +236,7 @@ def intake(args: argparse.Namespace, database: str, folder: Path, url_context: A
                 took = time.perf_counter() - started
                 cpu = cpu_s(process) - cpu_before
             finally:
-                stop(corral)
+                corral.stop()
     finally:
         stop(sandbox)
     if statuses != {202: args.intake}:

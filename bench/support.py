@@ -60,40 +60,26 @@ def create_token(config: Path, name: str = "bench", scope: str = "admin") -> str
     ).stdout.strip()
 
 
-def start_corral(info: SandboxInfo, document: dict[str, Any], folder: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    """`corral serve` with `document` as its config; returns the process, its URL and an admin token."""
+def start_corral(info: SandboxInfo, document: dict[str, Any], folder: Path) -> tuple[CorralProcess, str, str]:
+    """`corral serve` with `document` as its config, ready (every pool checked); returns the process, its URL
+    and an admin token. Its log goes to `corral.log` in `folder`."""
     config = folder / "corral.yaml"
     config.write_text(yaml.safe_dump(document))
     token = create_token(config)
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "corral.cli",
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "WARNING",
-        ],
-        env={**os.environ, "OS_CLIENT_CONFIG_FILE": info.clouds_yaml},
-    )
-    url = f"http://127.0.0.1:{port}"
+    corral = CorralProcess(config, free_port(), info.clouds_yaml, folder / "corral.log", log_level="WARNING")
+    corral.start()
     deadline = time.monotonic() + 60
     while True:
         try:
-            if httpx.get(f"{url}/readyz").status_code == 200:
+            if httpx.get(f"{corral.url}/readyz").status_code == 200:
                 break
         except httpx.TransportError:
             pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise SystemExit("corral serve did not become ready")
+        if time.monotonic() > deadline or corral.exit_code is not None:
+            raise SystemExit(f"corral serve did not become ready; see {corral.log_path}")
         time.sleep(0.1)
-    httpx.put(f"{info.control_url}/webhook", json={"url": f"{url}/webhook"}).raise_for_status()
-    return process, url, token
+    httpx.put(f"{info.control_url}/webhook", json={"url": f"{corral.url}/webhook"}).raise_for_status()
+    return corral, corral.url, token
 
 
 def stop(process: subprocess.Popen[Any]) -> None:
@@ -146,6 +132,11 @@ class CorralProcess:
             stderr=subprocess.STDOUT,
         )
         return started
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
 
     @property
     def exit_code(self) -> int | None:
