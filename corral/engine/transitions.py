@@ -92,9 +92,9 @@ class Mover:
         RUNNER_TRANSITIONS.labels(runner.pool, transition.target.value, transition.reason.value).inc()
         if transition.target is RunnerState.FAILED and transition.reason in FAILURE_REASONS:
             RUNNER_FAILURES.labels(runner.pool, transition.reason.value).inc()
-        level = logging.WARNING if transition.target is RunnerState.FAILED else logging.INFO
-        logger.log(
-            level,
+        # Every move at INFO: a failure's warning comes once per pool and reason from the creator (with the
+        # backoff it caused), so an outage does not log one warning per runner it fails.
+        logger.info(
             "runner %s (pool %s): %s -> %s: %s%s",
             runner.name,
             runner.pool,
