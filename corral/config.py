@@ -155,6 +155,22 @@ class ScopeConfig(StrictModel):
         """The account whose App installation serves this scope."""
         return self.repo.split("/", 1)[0] if self.repo else self.target
 
+    @property
+    def installation_key(self) -> str:
+        """Which App installation serves this scope: the owning account's login, lower case, or
+        `enterprise:<slug>` (an enterprise and an organisation may share a name, not an installation)."""
+        return f"enterprise:{self.target.lower()}" if self.enterprise else self.owner.lower()
+
+    @property
+    def installation_path(self) -> str:
+        """GitHub's direct lookup of the App's installation for this scope: one call, whatever the number
+        of installations (404 when the App is not installed there)."""
+        if self.org:
+            return f"/orgs/{self.org}/installation"
+        if self.repo:
+            return f"/repos/{self.repo}/installation"
+        return f"/enterprises/{self.enterprise}/installation"
+
 
 class VolumeConfig(StrictModel):
     """A blank volume attached to every server of a pool and deleted with it."""

@@ -163,7 +163,7 @@ class GitHubClient:
             assert config.token is not None
             self._root = GitHub(TokenAuthStrategy(config.token.get_secret_value()), **common)
         self._common = common
-        self._per_owner: dict[str, GitHub[Any]] = {}
+        self._per_installation: dict[str, GitHub[Any]] = {}
         self._group_ids: dict[tuple[str, str], int] = {}
         self.rate_gate = RateGate()
 
@@ -175,41 +175,34 @@ class GitHubClient:
     async def _client_for(self, scope: ScopeConfig) -> GitHub[Any]:
         if not self._config.uses_app:
             return self._root
-        owner = scope.owner.lower()
-        client = self._per_owner.get(owner)
+        key = scope.installation_key
+        client = self._per_installation.get(key)
         if client is None:
-            installation_id = await self._installation_id(owner)
+            installation_id = await self._installation_id(scope)
             auth = AppInstallationAuthStrategy(self._app_auth.app_id, self._app_auth.private_key, installation_id)
             client = GitHub(auth, **{**self._common, "cache_strategy": MemCacheStrategy()})
-            self._per_owner[owner] = client
+            self._per_installation[key] = client
         return client
 
     def _forget_installation(self, client: GitHub[Any]) -> None:
         """An installation token GitHub refuses (revoked, app reinstalled) is dropped with its client, so
         the next call looks the installation up again and gets a fresh token instead of 401s for an hour."""
-        for owner, known in list(self._per_owner.items()):
+        for key, known in list(self._per_installation.items()):
             if known is client:
-                del self._per_owner[owner]
+                del self._per_installation[key]
 
-    async def _installation_id(self, owner: str) -> int:
-        page = 1
-        while True:
-            response = await self._call(
-                self._root,
-                "GET",
-                "/app/installations",
-                params={"per_page": PER_PAGE, "page": page},
-                response_model=list[Installation],
-            )
-            installations = response.parsed_data
-            for installation in installations:
-                account = installation.account
-                login = getattr(account, "login", None) or getattr(account, "slug", None)
-                if login and login.lower() == owner:
-                    return int(installation.id)
-            if len(installations) < PER_PAGE:
-                raise GitHubError(f"the GitHub App is not installed on {owner!r}; install it there")
-            page += 1
+    async def _installation_id(self, scope: ScopeConfig) -> int:
+        """The App's installation for `scope`, by GitHub's direct lookup: one call however many accounts the
+        App is installed on (paging `/app/installations` cost a page per 100 on every token refresh)."""
+        try:
+            response = await self._call(self._root, "GET", scope.installation_path, response_model=Installation)
+        except GitHubError as exc:
+            if exc.status == 404:
+                raise GitHubError(
+                    f"the GitHub App is not installed on {scope.target!r}; install it there", status=404
+                ) from None
+            raise
+        return int(response.parsed_data.id)
 
     def paused_for(self, scope: ScopeConfig) -> float:
         """Seconds until calls for `scope` may be made again (0: now), without calling GitHub.
@@ -219,9 +212,9 @@ class GitHubClient:
         """
         if not self._config.uses_app:
             return self.rate_gate.wait_s("token")
-        owner = scope.owner.lower()
-        paused = self.rate_gate.wait_s(f"installation:{owner}")
-        if owner not in self._per_owner:
+        key = scope.installation_key
+        paused = self.rate_gate.wait_s(f"installation:{key}")
+        if key not in self._per_installation:
             paused = max(paused, self.rate_gate.wait_s("app"))
         return paused
 
@@ -229,8 +222,8 @@ class GitHubClient:
         """Whose rate-limit budget a client draws on: the token or App itself, or one installation."""
         if client is self._root:
             return "app" if self._config.uses_app else "token"
-        owner = next((owner for owner, known in self._per_owner.items() if known is client), "?")
-        return f"installation:{owner}"
+        key = next((key for key, known in self._per_installation.items() if known is client), "?")
+        return f"installation:{key}"
 
     async def _call(self, client: GitHub[Any], method: str, path: str, **kwargs: Any) -> Any:
         """One request with metrics (by endpoint and status, with duration) and errors made ours.

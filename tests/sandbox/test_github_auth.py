@@ -73,6 +73,30 @@ def test_app_jwt_reads_app_and_installations_created_on_first_use(sandbox: Sandb
     assert app.rest.apps.get_installation(org.id).parsed_data.id == org.id
 
 
+def test_installation_lookups_answer_404_the_way_github_does_where_the_app_is_not_installed(sandbox: Sandbox) -> None:
+    """corral finds its installation by these lookups (one call per scope); the 404 must look like GitHub's."""
+    app = app_client(sandbox)
+    org = app.rest.apps.get_org_installation("octo-org").parsed_data
+    token = app.rest.apps.create_installation_access_token(org.id).parsed_data.token
+    assert app.request("DELETE", f"/app/installations/{org.id}").status_code == 204
+    jwt = _jwt(sandbox)
+    for path in (
+        "/orgs/octo-org/installation",
+        "/repos/octo-org/app/installation",
+        "/enterprises/octo-enterprise/installation",
+        f"/app/installations/{org.id}",
+    ):
+        response = _get(sandbox, path, jwt)
+        assert response.status_code == 404, path
+        body = response.json()
+        assert (body["message"], body["status"]) == ("Not Found", "404"), path
+        assert body["documentation_url"].startswith("https://docs.github.com/rest"), path
+    assert org.id not in {i.id for i in app.rest.apps.list_installations().parsed_data}
+    response = _get(sandbox, "/orgs/octo-org/actions/runners", token, "token")
+    assert response.status_code == 401, "an uninstalled app's installation tokens stop working"
+    assert app.rest.apps.get_org_installation("other-org").parsed_data.account is not None
+
+
 def test_installation_token_is_a_ghs_token_valid_for_an_hour(sandbox: Sandbox) -> None:
     app = app_client(sandbox)
     installation = app.rest.apps.get_org_installation("octo-org").parsed_data

@@ -22,9 +22,7 @@ from corral.sandbox.github.model import Installation
 JWT_MAX_LIFETIME_S = 600
 JWT_UNDECODABLE = "A JSON web token could not be decoded"
 
-APP_ROUTE = re.compile(
-    r"^/(app(/.*)?|orgs/[^/]+/installation|repos/[^/]+/[^/]+/installation|users/[^/]+/installation)$"
-)
+APP_ROUTE = re.compile(r"^/(app(/.*)?|(orgs|users|enterprises)/[^/]+/installation|repos/[^/]+/[^/]+/installation)$")
 """Endpoints that take the app's JWT (the same list githubkit and octokit route JWTs to)."""
 
 PAT_RATE_LIMIT = 5000

@@ -59,3 +59,8 @@ class Directory:
         installation = Installation(id=next(self._installation_ids), account=account, created_at=utcnow())
         self.installations[installation.id] = installation
         self._installation_of[account.id] = installation
+
+    def uninstall(self, installation: Installation) -> None:
+        """Forget an installation; its account stays, uninstalled (naming it again does not reinstall)."""
+        self.installations.pop(installation.id, None)
+        self._installation_of.pop(installation.account.id, None)

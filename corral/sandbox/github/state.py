@@ -105,6 +105,13 @@ class GitHubState:
         self.tokens_issued += 1
         return token, expires_at
 
+    def uninstall(self, installation: Installation) -> None:
+        """The app removed from an account, as `DELETE /app/installations/{id}` does: its tokens die with it."""
+        self.directory.uninstall(installation)
+        for token, (issued_to, _, _) in list(self.tokens.items()):
+            if issued_to.id == installation.id:
+                del self.tokens[token]
+
     def set_rate_limit(self, remaining: int, reset_in: int) -> None:
         """Give every credential `remaining` requests until `reset_in` seconds from now."""
         self.rate_limits.force(remaining, reset_in)

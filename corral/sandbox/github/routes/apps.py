@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.sandbox.github import payloads
@@ -53,6 +53,15 @@ def register(router: APIRouter, state: GitHubState) -> None:
             raise not_found()
         return installation_json(request, installation)
 
+    @router.delete("/app/installations/{installation_id}", status_code=204)
+    async def delete_installation(request: Request) -> Response:
+        """Uninstall the app from an account: its tokens stop working and lookups answer 404 from now on."""
+        installation = state.directory.installations.get(path_int(request, "installation_id"))
+        if installation is None:
+            raise not_found()
+        state.uninstall(installation)
+        return Response(status_code=204)
+
     @router.post("/app/installations/{installation_id}/access_tokens", status_code=201)
     async def create_access_token(request: Request) -> JSONResponse:
         installation = state.directory.installations.get(path_int(request, "installation_id"))
@@ -85,6 +94,13 @@ def register(router: APIRouter, state: GitHubState) -> None:
     @router.get("/users/{username}/installation")
     async def user_installation(request: Request) -> JSONResponse:
         return installation_json(request, _installation(state, request.path_params["username"], "User"))
+
+    @router.get("/enterprises/{enterprise}/installation")
+    async def enterprise_installation(request: Request) -> JSONResponse:
+        # The sandbox never installs the app on an enterprise (enterprise runners take a PAT here): 404,
+        # as GitHub answers for an enterprise the app is not installed on.
+        state.directory.account(request.path_params["enterprise"], "Enterprise")
+        raise not_found()
 
     @router.get("/repos/{owner}/{repo}/installation")
     async def repo_installation(request: Request) -> JSONResponse:
