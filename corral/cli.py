@@ -142,6 +142,7 @@ def _serve(args: argparse.Namespace) -> int:
     from corral.logs import configure_logging
     from corral.serve import serve
     from corral.service import Service
+    from corral.store import AnotherCorralServing, SchemaTooNew
 
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
@@ -152,6 +153,9 @@ def _serve(args: argparse.Namespace) -> int:
         service = Service.from_file(args.config)
     except ConfigError as exc:
         return _report_problems(args.config, exc.problems)
+    except (AnotherCorralServing, SchemaTooNew) as exc:
+        print(f"corral serve: {exc}", file=sys.stderr)
+        return 2
     uvloop.run(serve(service, host, int(port)))
     return 0
 

@@ -15,7 +15,7 @@ from corral.cloud.provider import CloudProvider
 from corral.config import ConfigError, CorralConfig, load_config
 from corral.engine.coordinator import Engine
 from corral.github.client import GitHubClient
-from corral.store import Intake, Store
+from corral.store import Intake, ServeLock, Store
 from corral.userdata import load_template
 
 logger = logging.getLogger("corral.service")
@@ -34,8 +34,14 @@ class Service:
     ) -> None:
         self.config_path = config_path
         self.config = config
-        self.store = store or Store(config.database_url)
-        self.store.migrate()
+        self.serve_lock = ServeLock(config.database_url)
+        self.serve_lock.acquire()
+        try:
+            self.store = store or Store(config.database_url)
+            self.store.migrate()
+        except BaseException:
+            self.serve_lock.release()
+            raise
         self.cloud = cloud or OpenStackProvider(
             connect(config.cloud),
             config.installation,
@@ -92,3 +98,4 @@ class Service:
     def close(self) -> None:
         self.cloud.close()
         self.store.close()
+        self.serve_lock.release()

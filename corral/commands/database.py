@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from corral.config import ConfigError, load_config
-from corral.store import Store
+from corral.store import SchemaTooNew, Store
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, *, repeated: bool = False) -> None:
@@ -32,7 +32,12 @@ def open_store(args: argparse.Namespace, command: str) -> Store | None:
         print(f"corral {command}: give --config or --database-url", file=sys.stderr)
         return None
     store = Store(url)
-    store.migrate()
+    try:
+        store.migrate()
+    except SchemaTooNew as exc:
+        store.close()
+        print(f"corral {command}: {exc}", file=sys.stderr)
+        return None
     return store
 
 

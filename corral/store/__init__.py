@@ -6,7 +6,20 @@ runs one as a transaction off the event loop, `Store.run_blocking` in the callin
 """
 
 from corral.store import jobs, pools, retention, runners, tokens
-from corral.store.database import BlockingCallOnEventLoop, Store
+from corral.store.database import BlockingCallOnEventLoop, SchemaTooNew, Store
 from corral.store.intake import Intake
+from corral.store.serve_lock import AnotherCorralServing, ServeLock
 
-__all__ = ["BlockingCallOnEventLoop", "Intake", "Store", "jobs", "pools", "retention", "runners", "tokens"]
+__all__ = [
+    "AnotherCorralServing",
+    "BlockingCallOnEventLoop",
+    "Intake",
+    "SchemaTooNew",
+    "ServeLock",
+    "Store",
+    "jobs",
+    "pools",
+    "retention",
+    "runners",
+    "tokens",
+]

@@ -26,7 +26,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Connection, Engine, create_engine, event, make_url
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError
 
 from corral.files import create_private
@@ -39,10 +41,15 @@ T = TypeVar("T")
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRES_THREADS = 8
+MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the advisory lock replicas take to migrate one at a time
 
 
 class BlockingCallOnEventLoop(RuntimeError):
     """A blocking database call was made on the event loop: use `await Store.run(...)` there."""
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer corral than this one: acting on it could undo that one's work."""
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -101,10 +108,23 @@ class Store:
         self._connections_lock = threading.Lock()
 
     def migrate(self) -> None:
-        """Bring the schema to the newest migration; safe to run on every start."""
+        """Bring the schema to the newest migration; safe to run on every start, by any number of replicas
+        at once: on PostgreSQL they take turns under an advisory lock held for the migration's transaction,
+        and the ones after the first find nothing to do. A database migrated past what this code knows is
+        refused (`SchemaTooNew`) rather than touched."""
         config = AlembicConfig()
         config.set_main_option("script_location", str(MIGRATIONS))
+        known = {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
         with self.engine.begin() as connection:
+            if not self.is_sqlite:
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            current = MigrationContext.configure(connection).get_current_revision()
+            if current is not None and current not in known:
+                raise SchemaTooNew(
+                    f"the database's schema is at revision {current!r}, newer than this corral knows "
+                    f"(up to {max(known)!r}): a newer corral migrated it. Run that version (or newer) here; "
+                    "this one refuses to act on a schema it does not understand."
+                )
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
