@@ -82,9 +82,7 @@ def is_app_route(path: str) -> bool:
     return APP_ROUTE.match(path) is not None
 
 
-def verify_app_jwt(
-    token: str, public_key: RSAPublicKey, app_id: int, client_id: str, now: float | None = None
-) -> None:
+def verify_app_jwt(token: str, public_key: RSAPublicKey, app_id: int, client_id: str, now: float | None = None) -> None:
     """Check an app JWT with GitHub's rules at GitHub's time `now`; raise the 401 GitHub would send."""
     try:
         claims = jwt.decode(

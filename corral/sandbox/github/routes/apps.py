@@ -16,6 +16,7 @@ from corral.sandbox.github.model import AccountType, Installation
 from corral.sandbox.github.routes.common import json_body, paginated, path_int, urls
 from corral.sandbox.github.state import GitHubState
 
+
 def _granted(requested: dict[str, str], installation: Installation) -> bool:
     """A token may carry any subset of what the installation's owner accepted, never more."""
     for name, level in requested.items():

@@ -15,7 +15,7 @@ from corral.sandbox.github.errors import invalid_request
 from corral.sandbox.github.routes.common import json_body
 from corral.sandbox.github.state import GitHubState
 
-MASKED_SECRET = "********"
+MASKED_SECRET = "********"  # noqa: S105 (what GitHub shows in place of a secret)
 
 
 def hook_config(state: GitHubState) -> dict[str, Any]:
