@@ -144,7 +144,7 @@ class GitHubDoctor:
             )
             return False
         finished = time.time()
-        self.section.passed("reachable", f"{self.github.url} answered HTTP {response.status_code}")
+        self.section.passed("reachable", f"{self.github.url} answers (HTTP {response.status_code} without credentials)")
         date = response.headers.get("date")
         try:
             theirs = parsedate_to_datetime(date).timestamp() + 0.5 if date else None
