@@ -19,7 +19,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from corral.cli import main
+from corral.config import load_config
 from corral.doctor import run_doctor
+from corral.doctor.report import Level
+from corral.doctor.run import diagnose
 from corral.local import app_github, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
 from corral.store import Store
@@ -377,3 +380,30 @@ def test_the_cli_prints_json_and_a_bad_config_like_config_check(
     assert main(["doctor", "--config", str(setup.path)]) == 2
     err = capsys.readouterr().err
     assert f"{setup.path}: 1 problem(s)" in err and "reconcile_interval" in err
+
+
+def test_a_hanging_cloud_call_gives_up_after_the_timeout(setup: Setup, control: httpx.Client) -> None:
+    slow = {"match": "openstack GET /compute/v2.1/limits", "latency_ms": 20_000}
+    control.put("/faults", json={"endpoints": [slow]}).raise_for_status()
+    setup.document["cloud"]["timeout"] = "2s"
+    started = time.monotonic()
+    code, report = setup.json()
+    assert time.monotonic() - started < 10
+    assert code == 1
+    assert "Timeout" in failures(report)["quota"]["detail"]
+    assert item(report, "pool small: image")["status"] == "pass"
+    assert item(report, "pool small: quota")["status"] == "skipped"
+
+
+def test_a_section_past_its_deadline_reports_what_it_found(setup: Setup, control: httpx.Client) -> None:
+    slow = {"match": "openstack GET /compute/v2.1/limits", "latency_ms": 3_000}
+    control.put("/faults", json={"endpoints": [slow]}).raise_for_status()
+    setup.path.write_text(yaml.safe_dump(setup.document))
+    checks = diagnose(load_config(setup.path), setup.path, deadline_s=1.0)
+    cloud = [check for check in checks if check.section == "cloud"]
+    assert cloud[-1].name == "deadline" and cloud[-1].level is Level.FAIL
+    assert "keystone authentication" in [check.name for check in cloud]
+    assert {check.name for check in checks if check.section == "database"} == {
+        "database connection",
+        "database schema",
+    }
