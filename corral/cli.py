@@ -124,6 +124,29 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_doctor_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser(
+        "doctor",
+        help="check a config against the cloud, GitHub and the database, item by item",
+        description=(
+            "Check everything a config names: Keystone and the catalog; each pool's image, flavor, networks, "
+            "security groups, key pair, availability zone, volume types and quota headroom; the GitHub App's "
+            "key, the clock, each scope's installation and permissions, the webhook and its recent deliveries "
+            "(or a token's scopes); the database and its schema. Prints a fix for every failure. Exits 0 when "
+            "nothing failed (warnings allowed), 1 when something did, 2 when the file is not a valid config."
+        ),
+    )
+    parser.add_argument("--config", type=Path, required=True, help="corral.yaml")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.set_defaults(handler=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from corral.doctor import run_doctor
+
+    return run_doctor(args.config, as_json=args.json)
+
+
 def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser("serve", help="run corral: the engine and its API")
     parser.add_argument("--config", type=Path, required=True, help="corral.yaml")
@@ -170,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sandbox_parser(subcommands)
     _add_demo_parser(subcommands)
     _add_config_parser(subcommands)
+    _add_doctor_parser(subcommands)
     database.add_migrate_parser(subcommands)
     tokens.add_parser(subcommands)
     client.add_parsers(subcommands)

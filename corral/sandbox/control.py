@@ -7,7 +7,7 @@ panel, served on loopback only, so it has no authentication.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
@@ -50,7 +50,25 @@ class TimingsRequest(BaseModel):
 
 
 class WebhookRequest(BaseModel):
+    """`url` is where deliveries go; `secret`, when given, what they are signed with (null: unsigned)."""
+
     url: str | None
+    secret: str | None = None
+
+
+class InstallationRequest(BaseModel):
+    """What the account's owner accepted for the app; a key left out keeps its value."""
+
+    permissions: dict[str, Literal["read", "write", "admin"]] | None = None
+    events: list[str] | None = None
+
+
+class ClockRequest(BaseModel):
+    github_offset_s: float = Field(ge=-86_400, le=86_400, description="GitHub's clock minus this machine's")
+
+
+class PatRequest(BaseModel):
+    scopes: list[str] = Field(max_length=50, description="the classic PAT's scopes (`X-OAuth-Scopes`)")
 
 
 class RateLimitRequest(BaseModel):
@@ -126,8 +144,34 @@ def build_control_router(world: World) -> APIRouter:
 
     @router.put("/webhook")
     async def put_webhook(body: WebhookRequest) -> dict[str, Any]:
+        if "secret" in body.model_fields_set:
+            world.github.webhooks.secret = body.secret or None
         world.github.webhook_url = body.url
-        return {"url": body.url}
+        return {"url": body.url, "secret_set": world.github.webhooks.secret is not None}
+
+    @router.put("/installations/{login}")
+    async def put_installation(login: str, body: InstallationRequest) -> dict[str, Any]:
+        """The app's installation on organisation `login` (made if new), as its owner accepted it: a
+        permission left out is one the installation lacks, as when the owner has not approved it yet."""
+        installation = world.github.directory.installation_of(world.github.directory.account(login))
+        if installation is None:
+            raise HTTPException(status_code=404, detail=f"{login} has no installation")
+        if body.permissions is not None:
+            installation.permissions = dict(body.permissions)
+        if body.events is not None:
+            installation.events = list(body.events)
+        return {"id": installation.id, "permissions": installation.permissions, "events": installation.events}
+
+    @router.put("/clock")
+    async def put_clock(body: ClockRequest) -> dict[str, Any]:
+        """Skew GitHub's clock: its `Date` header and its checks of app JWTs and token expiry follow it."""
+        world.github.clock_offset_s = body.github_offset_s
+        return body.model_dump()
+
+    @router.put("/pat")
+    async def put_pat(body: PatRequest) -> dict[str, Any]:
+        world.github.pat_scopes = list(body.scopes)
+        return body.model_dump()
 
     @router.get("/deliveries")
     async def deliveries() -> list[dict[str, Any]]:

@@ -2,13 +2,15 @@
 
 Every route passes through one hook before its handler: authentication (PAT, installation token or app
 JWT, each only where GitHub accepts it), the primary rate limit and injected secondary limits. A small
-ASGI middleware then stamps the caller's `X-RateLimit-*` headers and a request id on every response,
+ASGI middleware then stamps the caller's `X-RateLimit-*` headers, a request id, GitHub's `Date` (on
+GitHub's clock, which a test may skew) and, for a classic PAT, its `X-OAuth-Scopes` on every response,
 including errors raised by handlers, as GitHub does.
 """
 
 from __future__ import annotations
 
 import secrets
+from email.utils import formatdate
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request, Response
@@ -18,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral.sandbox.github.auth import bearer_token, is_app_route, refuse_app, require_app
 from corral.sandbox.github.errors import GitHubError, error_response, fault_response
 from corral.sandbox.github.ratelimit import secondary_limit_error
-from corral.sandbox.github.routes import apps, deliveries, jobs, meta, runners
+from corral.sandbox.github.routes import apps, deliveries, hook, jobs, meta, runners
 from corral.sandbox.http import API_V3_PREFIX, PreHook, instrumented_router
 
 if TYPE_CHECKING:
@@ -33,10 +35,12 @@ def _request_id() -> str:
 
 
 class GitHubHeaders:
-    """Adds the rate-limit headers the hook computed, plus `X-GitHub-Request-Id`, to each response."""
+    """Adds the rate-limit headers the hook computed, `X-GitHub-Request-Id`, `Date` and a PAT's
+    `X-OAuth-Scopes` to each response (the server itself is told not to send a `Date` of its own)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, state: GitHubState) -> None:
         self.app = app
+        self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,7 +56,11 @@ class GitHubHeaders:
                     **scope["state"].get("rate_headers", {}),
                     "X-GitHub-Request-Id": request_id,
                     "X-GitHub-Api-Version-Selected": API_VERSION,
+                    "Date": formatdate(self.state.now(), usegmt=True),
                 }
+                who = scope["state"].get("principal")
+                if who is not None and who.kind == "pat":
+                    extra["X-OAuth-Scopes"] = ", ".join(self.state.pat_scopes)
                 message["headers"] = list(message.get("headers", [])) + [
                     (name.lower().encode(), value.encode())
                     for name, value in extra.items()
@@ -101,7 +109,7 @@ def build_github_app(world: World) -> FastAPI:
     state = world.github
     app = FastAPI(title="corral sandbox: GitHub", docs_url=None, redoc_url=None, openapi_url=None)
     router = instrumented_router(world, "github", fault_response, pre_hook=_hook(world, state))
-    for area in (apps, runners, jobs, deliveries, meta):
+    for area in (apps, runners, jobs, deliveries, hook, meta):
         area.register(router, state)
     app.include_router(router)
     app.include_router(router, prefix=API_V3_PREFIX)
@@ -115,5 +123,5 @@ def build_github_app(world: World) -> FastAPI:
         status = 404 if exc.status_code == 405 else exc.status_code
         return error_response(status, "Not Found" if status == 404 else str(exc.detail))
 
-    app.add_middleware(GitHubHeaders)
+    app.add_middleware(GitHubHeaders, state=state)
     return app

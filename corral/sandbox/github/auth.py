@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import jwt
@@ -30,10 +30,23 @@ INSTALLATION_RATE_LIMIT = 5000
 APP_RATE_LIMIT = 5000
 
 
+LEVELS = {"read": 1, "write": 2, "admin": 3}
+
+
 @dataclass(frozen=True)
 class Principal:
+    """`permissions`: what an installation token was granted (the installation's, or the subset asked for)."""
+
     kind: Literal["pat", "installation", "app"]
     installation: Installation | None = None
+    permissions: dict[str, str] = field(default_factory=dict)
+
+    def may(self, permission: str, level: str) -> bool:
+        """Whether an installation token holds `permission` at `level` or above; other principals always may
+        (a PAT's scopes are not enforced by the sandbox, an app JWT is kept off these routes elsewhere)."""
+        if self.kind != "installation":
+            return True
+        return LEVELS.get(self.permissions.get(permission, ""), 0) >= LEVELS[level]
 
     @property
     def rate_key(self) -> str:
@@ -67,8 +80,8 @@ def is_app_route(path: str) -> bool:
     return APP_ROUTE.match(path) is not None
 
 
-def verify_app_jwt(token: str, public_key: RSAPublicKey, app_id: int, client_id: str) -> None:
-    """Check an app JWT with GitHub's rules; raise the 401 GitHub would send."""
+def verify_app_jwt(token: str, public_key: RSAPublicKey, app_id: int, client_id: str, now: float | None = None) -> None:
+    """Check an app JWT with GitHub's rules at GitHub's time `now`; raise the 401 GitHub would send."""
     try:
         claims = jwt.decode(
             token,
@@ -80,7 +93,7 @@ def verify_app_jwt(token: str, public_key: RSAPublicKey, app_id: int, client_id:
         raise GitHubError(401, JWT_UNDECODABLE) from exc
     if str(claims.get("iss")) not in (str(app_id), client_id):
         raise GitHubError(401, JWT_UNDECODABLE)
-    now = time.time()
+    now = time.time() if now is None else now
     issued, expires = claims.get("iat"), claims.get("exp")
     if not isinstance(issued, int) or issued > now:
         raise GitHubError(

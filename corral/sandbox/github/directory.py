@@ -11,6 +11,7 @@ from itertools import count
 
 from corral.sandbox.github.clock import utcnow
 from corral.sandbox.github.model import Account, AccountType, Installation, Repository
+from corral.sandbox.github.payloads import APP_EVENTS, APP_PERMISSIONS
 
 PAT_OWNER = "corral-admin"
 """The user the sandbox's personal access token belongs to; also the app's owner and jobs' actor."""
@@ -56,7 +57,13 @@ class Directory:
         return self._installation_of.get(account.id)
 
     def _install(self, account: Account) -> None:
-        installation = Installation(id=next(self._installation_ids), account=account, created_at=utcnow())
+        installation = Installation(
+            id=next(self._installation_ids),
+            account=account,
+            created_at=utcnow(),
+            permissions=dict(APP_PERMISSIONS),
+            events=list(APP_EVENTS),
+        )
         self.installations[installation.id] = installation
         self._installation_of[account.id] = installation
 

@@ -55,11 +55,17 @@ class Repository:
 
 @dataclass
 class Installation:
-    """The app's installation on one organisation or user account."""
+    """The app's installation on one organisation or user account.
+
+    `permissions` and `events` are what the account's owner accepted: they start as the app's own and
+    differ when the app asked for more and the owner has not approved the change yet.
+    """
 
     id: int
     account: Account
     created_at: datetime
+    permissions: dict[str, str] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
 
     @property
     def node_id(self) -> str:

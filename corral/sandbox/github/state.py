@@ -8,7 +8,10 @@ Interface the world and the control API rely on:
 - calls `world.runner_exited(runner_id)` when an ephemeral runner finished its job and deregistered.
 - `submit_job(repo, labels, duration, workflow_name=None) -> dict`, `job_view(job_id) -> dict | None`,
   `jobs_view()`, `cancel_job(job_id) -> dict | None`: the control API's job shape.
-- `webhook_url` (settable; setting a new URL sends a `ping`, as creating a hook does),
+- `webhook_url` (settable; setting a new URL sends a `ping`, as creating a hook does), `webhooks.secret`
+  (settable; None: deliveries go unsigned, as from a hook without a secret), `clock_offset_s` (GitHub's
+  clock against this machine's: the `Date` header and JWT checks use it), `pat_scopes` (a classic PAT's
+  `X-OAuth-Scopes`),
   `deliveries_view()`, `lost_view()`, `set_rate_limit(remaining, reset_in)`, `snapshot()`, `reset()`, `close()`.
 """
 
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 
 INSTALLATION_TOKEN_TTL_S = 3600
 HOOK_ID = 480_000_001
+PAT_SCOPES = ("admin:org", "manage_runners:enterprise", "repo", "workflow")
+"""The sandbox PAT's classic scopes: enough for runners at every scope and for reading jobs."""
 
 
 class GitHubState:
@@ -48,12 +53,16 @@ class GitHubState:
         self.webhooks = WebhookDispatcher(world, HOOK_ID)
         self._build()
         self.webhooks.url = webhook_url
+        self.webhooks.secret = world.credentials.webhook_secret
 
     def _build(self) -> None:
         self.directory = Directory()
         self.scheduler = Scheduler(self.world, self._job_event)
         self.tokens: dict[str, tuple[Installation, float, dict[str, str]]] = {}
         self.tokens_issued = 0
+        self.clock_offset_s = 0.0
+        self.pat_scopes: list[str] = list(PAT_SCOPES)
+        self.hook_insecure_ssl = "0"
         # Every `encoded_jit_config` handed out since the last reset: tests look for them where none may be.
         self.jit_configs_issued: list[str] = []
 
@@ -63,6 +72,11 @@ class GitHubState:
         self.rate_limits.reset()
         self.webhooks.reset()
         self.webhooks.url = self._initial_webhook_url
+        self.webhooks.secret = self.world.credentials.webhook_secret
+
+    def now(self) -> float:
+        """GitHub's clock: this machine's, shifted by `clock_offset_s` (a skew test moves this one)."""
+        return time.time() + self.clock_offset_s
 
     async def close(self) -> None:
         await self.webhooks.close()
@@ -90,17 +104,19 @@ class GitHubState:
             return Principal("pat")
         if token.startswith("ghs_"):
             issued = self.tokens.get(token)
-            if issued is None or issued[1] <= time.time():
+            if issued is None or issued[1] <= self.now():
                 raise bad_credentials()
-            return Principal("installation", issued[0])
+            return Principal("installation", issued[0], issued[2])
         if looks_like_jwt(token):
-            verify_app_jwt(token, self._public_key, self.world.credentials.github_app_id, self.client_id)
+            verify_app_jwt(
+                token, self._public_key, self.world.credentials.github_app_id, self.client_id, now=self.now()
+            )
             return Principal("app")
         raise bad_credentials()
 
     def issue_token(self, installation: Installation, permissions: dict[str, str]) -> tuple[str, float]:
         token = "ghs_" + secrets.token_urlsafe(27).replace("-", "A").replace("_", "b")[:36]
-        expires_at = time.time() + INSTALLATION_TOKEN_TTL_S
+        expires_at = self.now() + INSTALLATION_TOKEN_TTL_S
         self.tokens[token] = (installation, expires_at, permissions)
         self.tokens_issued += 1
         return token, expires_at

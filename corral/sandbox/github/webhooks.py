@@ -118,6 +118,8 @@ class WebhookDispatcher:
         self.world = world
         self.hook_id = hook_id
         self.url: str | None = None
+        self.secret: str | None = None
+        """What deliveries are signed with; None: the hook has no secret and deliveries carry no signature."""
         self.log: OrderedDict[int, Delivery] = OrderedDict()
         self.lost: list[tuple[str, str | None, int]] = []
         """Events `webhook_lose_rate` swallowed, as (event, action, ordering key): GitHub keeps no trace of
@@ -238,7 +240,7 @@ class WebhookDispatcher:
             "X-GitHub-Hook-ID": str(self.hook_id),
             "X-GitHub-Hook-Installation-Target-ID": str(self.world.credentials.github_app_id),
             "X-GitHub-Hook-Installation-Target-Type": "integration",
-            **signature_headers(self.world.credentials.webhook_secret, outgoing.body),
+            **(signature_headers(self.secret, outgoing.body) if self.secret else {}),
         }
 
     async def _attempt(self, outgoing: Outgoing, url: str) -> None:

@@ -9,18 +9,18 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.sandbox.github import payloads
+from corral.sandbox.github.auth import LEVELS
 from corral.sandbox.github.clock import isoformat
 from corral.sandbox.github.errors import GitHubError, invalid_request, not_found
 from corral.sandbox.github.model import AccountType, Installation
 from corral.sandbox.github.routes.common import json_body, paginated, path_int, urls
 from corral.sandbox.github.state import GitHubState
 
-LEVELS = {"read": 1, "write": 2, "admin": 3}
 
-
-def _granted(requested: dict[str, str]) -> bool:
+def _granted(requested: dict[str, str], installation: Installation) -> bool:
+    """A token may carry any subset of what the installation's owner accepted, never more."""
     for name, level in requested.items():
-        have = payloads.APP_PERMISSIONS.get(name)
+        have = installation.permissions.get(name)
         if have is None or LEVELS.get(level, 99) > LEVELS[have]:
             return False
     return True
@@ -68,8 +68,8 @@ def register(router: APIRouter, state: GitHubState) -> None:
         if installation is None:
             raise not_found()
         body = await json_body(request)
-        requested = body.get("permissions") or dict(payloads.APP_PERMISSIONS)
-        if not isinstance(requested, dict) or not _granted(requested):
+        requested = body.get("permissions") or dict(installation.permissions)
+        if not isinstance(requested, dict) or not _granted(requested, installation):
             raise GitHubError(422, "The permissions requested are not granted to this installation.")
         names = body.get("repositories")
         if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):

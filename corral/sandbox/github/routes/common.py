@@ -58,6 +58,12 @@ def authorize(who: Principal, account: Account, *, repository: bool = False) -> 
         raise not_found() if repository else GitHubError(403, NOT_ACCESSIBLE)
 
 
+def require_permission(who: Principal, permission: str, level: str) -> None:
+    """An installation token without `permission` at `level` gets GitHub's 403."""
+    if not who.may(permission, level):
+        raise GitHubError(403, NOT_ACCESSIBLE)
+
+
 def paginated(
     request: Request,
     items: Sequence[Any],

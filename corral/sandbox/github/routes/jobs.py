@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from corral.sandbox.github import payloads
 from corral.sandbox.github.errors import GitHubError, not_found
 from corral.sandbox.github.model import Repository, WorkflowRun
-from corral.sandbox.github.routes.common import authorize, paginated, path_int, principal, urls
+from corral.sandbox.github.routes.common import authorize, paginated, path_int, principal, require_permission, urls
 from corral.sandbox.github.state import GitHubState
 
 RUN_STATUSES = {"queued", "in_progress", "completed", "waiting", "requested", "pending"}
@@ -25,6 +25,7 @@ def register(router: APIRouter, state: GitHubState) -> None:
     def repository(request: Request) -> Repository:
         repo = state.directory.repo(request.path_params["owner"], request.path_params["repo"])
         authorize(principal(request), repo.owner, repository=True)
+        require_permission(principal(request), "actions", "read")
         return repo
 
     def run_of(request: Request) -> WorkflowRun:
@@ -57,6 +58,7 @@ def register(router: APIRouter, state: GitHubState) -> None:
         if repo is None:
             raise not_found()
         authorize(principal(request), repo.owner, repository=True)
+        require_permission(principal(request), "actions", "read")
         return list_runs(request, repo)
 
     @router.get("/repos/{owner}/{repo}/actions/runs/{run_id}")

@@ -28,6 +28,7 @@ from corral.sandbox.github.routes.common import (
     paginated,
     path_int,
     principal,
+    require_permission,
     urls,
 )
 from corral.sandbox.github.state import GitHubState
@@ -56,12 +57,16 @@ class Target:
 
 
 def _resolve(state: GitHubState, request: Request, kind: ScopeKind) -> Target:
+    """The scope a request names, once the caller may reach it: an installation token needs "Self-hosted
+    runners" (organisations) or "Administration" (repositories), read to look and write to change."""
     who = principal(request)
     api = urls(request, state).api
     params = request.path_params
+    level = "read" if request.method in ("GET", "HEAD") else "write"
     if kind == "orgs":
         account = state.directory.account(params["org"])
         authorize(who, account)
+        require_permission(who, "organization_self_hosted_runners", level)
         return Target(
             Scope("orgs", account.login.lower()),
             f"{api}/organizations/{account.id}/actions/runners",
@@ -71,6 +76,7 @@ def _resolve(state: GitHubState, request: Request, kind: ScopeKind) -> Target:
     if kind == "repos":
         repo = state.directory.repo(params["owner"], params["repo"])
         authorize(who, repo.owner, repository=True)
+        require_permission(who, "administration", level)
         return Target(
             Scope("repos", repo.full_name.lower()),
             f"{api}/repositories/{repo.id}/actions/runners",

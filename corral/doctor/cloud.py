@@ -1,0 +1,374 @@
+"""The cloud half of `corral doctor`: Keystone, the catalog, and every name each pool uses, with quota.
+
+Each pool's image, flavor, networks, security groups, key pair, availability zone and volume types are
+looked up one by one, so the report names the one that is wrong, and the quota headroom (Nova's and, for
+pools with volumes, Cinder's `limits`) is turned into "how many more of this pool's servers fit".
+Every call is bounded by the doctor's call timeout; a Keystone that refuses the credentials or cannot be
+reached makes every later item `skipped`, not a second failure with the same cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openstack
+import openstack.connection
+from keystoneauth1.access import AccessInfo
+from openstack import exceptions as os_exceptions
+from openstack import utils as os_utils
+from os_service_types import ServiceTypes
+
+from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
+from corral.cloud.sdk_logs import keep_bodies_out_of_logs
+from corral.config import CorralConfig, PoolConfig, VolumeConfig
+from corral.doctor.report import Section
+
+NEEDED_SERVICES = ("compute", "image", "network")
+VOLUME_SERVICE = "block-storage"
+UNLIMITED = -1
+
+
+class Abort(Exception):
+    """A prerequisite failed and was reported; what depends on it is skipped."""
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What the project may still create: instances, cores, RAM (MiB), volumes and gigabytes (None: unlimited
+    or not asked)."""
+
+    instances: int | None
+    cores: int | None
+    ram_mb: int | None
+    volumes: int | None = None
+    gigabytes: int | None = None
+
+
+def _left(limits: dict[str, Any], maximum: str, used: str) -> int | None:
+    limit = limits.get(maximum)
+    if not isinstance(limit, int) or limit == UNLIMITED:
+        return None
+    return max(0, limit - int(limits.get(used) or 0))
+
+
+def _fit(left: int | None, each: int) -> int | None:
+    """How many of something needing `each` fit in `left` (None: no limit on this resource)."""
+    if left is None or each <= 0:
+        return None
+    return left // each
+
+
+class CloudDoctor:
+    def __init__(self, config: CorralConfig, section: Section, call_timeout_s: float) -> None:
+        self.config = config
+        self.section = section
+        self.timeout_s = call_timeout_s
+        self.connection: openstack.connection.Connection | None = None
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _call(self, operation: str, call: Callable[[], Any]) -> Any:
+        """One cloud call; any failure becomes the `CloudError` corral itself would report."""
+        try:
+            return call()
+        except Exception as exc:
+            raise classify(operation, exc) from None
+
+    @property
+    def conn(self) -> openstack.connection.Connection:
+        assert self.connection is not None
+        return self.connection
+
+    # -- the checks -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._connect()
+            access = self._authenticate()
+            self._catalog(access)
+        except Abort as abort:
+            for name in self.config.pools:
+                self.section.skipped(f"pool {name}", str(abort))
+            return
+        headroom = self._headroom()
+        for name, pool in self.config.pools.items():
+            self._pool(name, pool, headroom)
+
+    def _connect(self) -> None:
+        which = f"clouds.yaml entry {self.config.cloud.name!r}" if self.config.cloud.name else "the OS_* variables"
+        try:
+            self.connection = openstack.connect(cloud=self.config.cloud.name, region_name=self.config.cloud.region)
+        except Exception as exc:
+            self.section.failed(
+                "cloud configuration",
+                f"openstacksdk cannot use {which}: {type(exc).__name__}: {exc}",
+                "fix cloud.name (an entry of clouds.yaml, found through OS_CLIENT_CONFIG_FILE or the usual places) "
+                "or set the OS_* variables",
+            )
+            raise Abort("the cloud configuration could not be read") from None
+        keep_bodies_out_of_logs(self.connection)
+        self.connection.session.timeout = self.timeout_s
+        self.section.passed("cloud configuration", f"using {which}")
+
+    def _authenticate(self) -> AccessInfo:
+        auth_url = str((self.conn.config.config.get("auth") or {}).get("auth_url", "?"))
+        try:
+            self._call("authenticate with Keystone", self.conn.authorize)
+            auth = self.conn.session.auth
+            assert auth is not None and hasattr(auth, "get_access")
+            access: AccessInfo = auth.get_access(self.conn.session)
+        except Exception as exc:
+            refused = " 401" in str(exc) or "HTTP 401" in str(exc)
+            fix = (
+                "check the username/password or application credential of the clouds.yaml entry (and that it "
+                "has not expired)"
+                if refused
+                else f"check that {auth_url} is Keystone's URL and reachable from this machine"
+            )
+            self.section.failed("keystone authentication", f"{auth_url}: {exc}", fix)
+            raise Abort("Keystone authentication failed") from None
+        who = access.username or access.user_id
+        project = access.project_name or access.project_id or "(no project)"
+        if not access.project_id:
+            self.section.failed(
+                "keystone authentication",
+                f"authenticated as {who}, but the token is not scoped to a project",
+                "set project_name (or project_id) and its domain in the clouds.yaml entry",
+            )
+            raise Abort("Keystone gave no project-scoped token") from None
+        self.section.passed("keystone authentication", f"{auth_url}: user {who}, project {project}")
+        return access
+
+    def _catalog(self, access: AccessInfo) -> None:
+        needed = list(NEEDED_SERVICES)
+        if any(self._volumes(name) or pool.boot_volume_gb for name, pool in self.config.pools.items()):
+            needed.append(VOLUME_SERVICE)
+        interface = self.conn.config.get_interface() or "public"
+        region = self.conn.config.get_region_name()
+        types = ServiceTypes()
+        missing: list[str] = []
+        found: list[str] = []
+        for service in needed:
+            aliases = types.get_all_types(service) or [service]
+            urls = [
+                url
+                for alias in aliases
+                for url in access.service_catalog.get_urls(service_type=alias, interface=interface, region_name=region)
+            ]
+            (found if urls else missing).append(service)
+        where = f"interface {interface}" + (f", region {region}" if region else "")
+        if missing:
+            self.section.failed(
+                "service catalog",
+                f"no {', '.join(missing)} endpoint ({where}); found {', '.join(found) or 'none'}",
+                "set cloud.region (or region_name/interface in clouds.yaml) to where these services are, "
+                "or ask the cloud's operators for them",
+            )
+            raise Abort("the service catalog lacks services corral needs") from None
+        self.section.passed("service catalog", f"{', '.join(needed)} ({where})")
+
+    def _volumes(self, pool_name: str) -> list[VolumeConfig]:
+        return self.config.volumes_for(pool_name)
+
+    def _headroom(self) -> Headroom | None:
+        """Nova's (and Cinder's, if any pool uses volumes) absolute limits; None, after a failure, if unknown."""
+        try:
+            nova = self._call("read compute limits", lambda: self.conn.compute.get("/limits", raise_exc=True))
+            absolute = nova.json()["limits"]["absolute"]
+            headroom = Headroom(
+                instances=_left(absolute, "maxTotalInstances", "totalInstancesUsed"),
+                cores=_left(absolute, "maxTotalCores", "totalCoresUsed"),
+                ram_mb=_left(absolute, "maxTotalRAMSize", "totalRAMUsed"),
+            )
+            if any(self._volumes(name) or pool.boot_volume_gb for name, pool in self.config.pools.items()):
+                cinder = self._call(
+                    "read volume limits", lambda: self.conn.block_storage.get("/limits", raise_exc=True)
+                )
+                volumes = cinder.json()["limits"]["absolute"]
+                headroom = Headroom(
+                    instances=headroom.instances,
+                    cores=headroom.cores,
+                    ram_mb=headroom.ram_mb,
+                    volumes=_left(volumes, "maxTotalVolumes", "totalVolumesUsed"),
+                    gigabytes=_left(volumes, "maxTotalVolumeGigabytes", "totalGigabytesUsed"),
+                )
+        except Exception as exc:
+            self.section.failed(
+                "quota",
+                f"the project's limits could not be read: {exc}",
+                "check that the account may read its own limits (GET /limits on Nova and Cinder)",
+            )
+            return None
+        return headroom
+
+    # -- one pool ---------------------------------------------------------------------------------
+
+    def _pool(self, name: str, pool: PoolConfig, headroom: Headroom | None) -> None:
+        item = f"pool {name}"
+        image = self._look(f"{item}: image", "image", pool.image, self._find_image, "pools.{0}.image")
+        flavor = self._look(
+            f"{item}: flavor",
+            "flavor",
+            pool.flavor,
+            lambda n: self.conn.compute.find_flavor(n, ignore_missing=True),
+            "pools.{0}.flavor",
+        )
+        if image is not None and getattr(image, "status", "active") != "active":
+            self.section.failed(
+                f"{item}: image",
+                f"image {pool.image!r} is {image.status}, not active",
+                f"wait for the upload to finish, or point pools.{name}.image at an active image",
+            )
+        for network in pool.networks:
+            self._look(
+                f"{item}: network {network}",
+                "network",
+                network,
+                lambda n: self.conn.network.find_network(n, ignore_missing=True),
+                "pools.{0}.networks",
+            )
+        if not pool.networks:
+            self.section.passed(f"{item}: networks", 'none named: Nova picks the project\'s network ("auto")')
+        for group in pool.security_groups:
+            self._look(
+                f"{item}: security group {group}",
+                "security group",
+                group,
+                lambda n: self.conn.network.find_security_group(n, ignore_missing=True),
+                "pools.{0}.security_groups",
+            )
+        if pool.key_name:
+            self._look(
+                f"{item}: key pair",
+                "key pair",
+                pool.key_name,
+                lambda n: self.conn.compute.find_keypair(n, ignore_missing=True),
+                "pools.{0}.key_name",
+            )
+        if pool.availability_zone:
+            self._zone(item, name, pool.availability_zone)
+        self._volume_types(item, name, pool)
+        if flavor is not None:
+            self._quota(item, name, pool, flavor, headroom)
+        else:
+            self.section.skipped(f"{item}: quota", "the flavor is unknown, so its size is too")
+
+    def _find_image(self, name: str) -> Any:
+        """By id or name; a name several images share resolves to the newest active one, as corral does."""
+        try:
+            return self.conn.image.find_image(name, ignore_missing=True)
+        except os_exceptions.DuplicateResource:
+            active = [image for image in self.conn.image.images(name=name) if image.status == "active"]
+            return max(active, key=lambda image: image.created_at or "", default=None)
+
+    def _look(self, item: str, kind: str, name: str, find: Callable[[str], Any], key: str) -> Any:
+        """Find one named resource and report it; the resource, or None when missing or the lookup failed."""
+        pool = item.split(":", 1)[0].removeprefix("pool ")
+        try:
+            found = self._call(f"find {kind} {name!r}", lambda: find(name))
+        except Exception as exc:
+            self.section.failed(item, str(exc), "see the cloud's answer above; run the doctor again once it works")
+            return None
+        if found is None:
+            self.section.failed(
+                item,
+                f"{kind} {name!r} does not exist in this cloud (or this project cannot see it)",
+                f"set {key.format(pool)} to the name or id of an existing {kind} "
+                f"(`openstack {kind.replace('key pair', 'keypair')} list`)",
+            )
+            return None
+        self.section.passed(item, f"{kind} {name!r} is {found.id}")
+        return found
+
+    def _zone(self, item: str, pool_name: str, zone: str) -> None:
+        try:
+            zones = self._call(
+                "list availability zones", lambda: [z.name for z in self.conn.compute.availability_zones()]
+            )
+        except Exception as exc:
+            self.section.failed(f"{item}: availability zone", str(exc), "run the doctor again once the cloud answers")
+            return
+        if zone in zones:
+            self.section.passed(f"{item}: availability zone", f"{zone!r} exists")
+        else:
+            self.section.failed(
+                f"{item}: availability zone",
+                f"availability zone {zone!r} does not exist; the cloud has {sorted(zones)}",
+                f"set pools.{pool_name}.availability_zone to one of them, or remove it",
+            )
+
+    def _volume_types(self, item: str, pool_name: str, pool: PoolConfig) -> None:
+        types = sorted({t for t in [pool.boot_volume_type, *(v.type for v in self._volumes(pool_name))] if t})
+        for volume_type in types:
+            self._look(
+                f"{item}: volume type {volume_type}",
+                "volume type",
+                volume_type,
+                lambda n: self.conn.block_storage.find_type(n, ignore_missing=True),
+                "pools.{0}.boot_volume_type or the volumes' type",
+            )
+        if types:
+            try:
+                supported = self._call(
+                    "discover the compute API",
+                    lambda: os_utils.supports_microversion(self.conn.compute, VOLUME_TYPE_MICROVERSION),
+                )
+            except Exception as exc:
+                self.section.failed(f"{item}: volume types", str(exc), "run the doctor again once the cloud answers")
+                return
+            if not supported:
+                self.section.failed(
+                    f"{item}: volume types",
+                    f"volume types in a server create need compute API {VOLUME_TYPE_MICROVERSION}, which this "
+                    "cloud lacks",
+                    f"remove pools.{pool_name}.boot_volume_type and the volumes' type",
+                )
+
+    def _quota(self, item: str, pool_name: str, pool: PoolConfig, flavor: Any, headroom: Headroom | None) -> None:
+        if headroom is None:
+            self.section.skipped(f"{item}: quota", "the project's limits could not be read")
+            return
+        disks = [v.size_gb for v in self._volumes(pool_name)] + ([pool.boot_volume_gb] if pool.boot_volume_gb else [])
+        fits = {
+            "instances": _fit(headroom.instances, 1),
+            "cores": _fit(headroom.cores, int(flavor.vcpus or 0)),
+            "RAM": _fit(headroom.ram_mb, int(flavor.ram or 0)),
+            "volumes": _fit(headroom.volumes, len(disks)) if disks else None,
+            "volume gigabytes": _fit(headroom.gigabytes, sum(disks)) if disks else None,
+        }
+        limited = {name: count for name, count in fits.items() if count is not None}
+        if not limited:
+            self.section.passed(f"{item}: quota", "the project's quota is unlimited")
+            return
+        count = min(limited.values())
+        short = sorted(name for name, value in limited.items() if value == count)
+        each = f"{flavor.vcpus} vCPU, {flavor.ram} MiB"
+        if disks:
+            each += f", {len(disks)} volume(s) of {sum(disks)} GB"
+        summary = f"{count} more of this pool's servers ({each} each) fit; max_runners is {pool.max_runners}"
+        if count == 0:
+            self.section.failed(
+                f"{item}: quota",
+                f"not one more server fits: no headroom left in {', '.join(short)} ({each} each)",
+                f"raise the project's {', '.join(short)} quota, free some, or give pool {pool_name} a smaller flavor",
+            )
+        elif count < pool.max_runners:
+            self.section.warned(
+                f"{item}: quota",
+                f"{summary} (limited by {', '.join(short)}; the headroom is shared by every pool)",
+                f"raise the project's {', '.join(short)} quota or lower pools.{pool_name}.max_runners to {count}",
+            )
+        else:
+            self.section.passed(f"{item}: quota", summary)
+
+
+def check_cloud(config: CorralConfig, section: Section, call_timeout_s: float) -> None:
+    """Run every cloud check, appending to `section`; closes the connection it opened."""
+    doctor = CloudDoctor(config, section, call_timeout_s)
+    try:
+        doctor.run()
+    finally:
+        if doctor.connection is not None:
+            doctor.connection.close()
