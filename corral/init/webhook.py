@@ -23,7 +23,7 @@ SECRET_BYTES = 32
 class WebhookSecret:
     path: Path
     origin: str
-    """"given", "generated" or "kept" (an earlier run's generated file)."""
+    """Where it came from: `given`, `generated` now, or `kept` (a file an earlier run generated)."""
 
 
 def webhook_secret(config_dir: Path, given: Path | None) -> WebhookSecret:
