@@ -12,6 +12,7 @@ from pathlib import Path
 
 from corral import __version__
 from corral.commands import client, database, tokens
+from corral.commands import init as init_command
 
 
 def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo_parser(subcommands)
     _add_config_parser(subcommands)
     _add_doctor_parser(subcommands)
+    init_command.add_parser(subcommands)
     database.add_migrate_parser(subcommands)
     tokens.add_parser(subcommands)
     client.add_parsers(subcommands)

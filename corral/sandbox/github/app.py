@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral.sandbox.github.auth import bearer_token, is_app_route, refuse_app, require_app
 from corral.sandbox.github.errors import GitHubError, error_response, fault_response
 from corral.sandbox.github.ratelimit import secondary_limit_error
-from corral.sandbox.github.routes import apps, deliveries, hook, jobs, meta, runners
+from corral.sandbox.github.routes import apps, deliveries, hook, installation, jobs, meta, runners
 from corral.sandbox.http import API_V3_PREFIX, PreHook, instrumented_router
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def build_github_app(world: World) -> FastAPI:
     state = world.github
     app = FastAPI(title="corral sandbox: GitHub", docs_url=None, redoc_url=None, openapi_url=None)
     router = instrumented_router(world, "github", fault_response, pre_hook=_hook(world, state))
-    for area in (apps, runners, jobs, deliveries, hook, meta):
+    for area in (apps, runners, jobs, deliveries, hook, meta, installation):
         area.register(router, state)
     app.include_router(router)
     app.include_router(router, prefix=API_V3_PREFIX)
