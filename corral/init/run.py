@@ -7,10 +7,8 @@ into place. A failure at any step leaves the target as it was (absent, or the ol
 
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -260,8 +258,8 @@ def _tell_about_secret(secret: WebhookSecret, out: TextIO) -> None:
 def _run_doctor(config_path: Path, out: TextIO) -> int:
     """`corral doctor`'s checks on the written file. Imported here, when they run: doctor is its own
     package (and heavier), and `--no-check` must work without loading it."""
-    doctor = importlib.import_module("corral.doctor")
-    run_doctor: Callable[..., int] = doctor.run_doctor
+    from corral.doctor import run_doctor
+
     return run_doctor(config_path, as_json=False, out=out)
 
 
@@ -291,7 +289,8 @@ def run_init(options: InitOptions, prompter: Prompter, out: TextIO) -> int:
     code = _run_doctor(options.output, out)
     if code != 0:
         print(
-            f"doctor found problems (exit {code}); {options.output} stays written: fix them and run doctor again",
+            f"doctor found problems (exit {code}); {options.output} stays written: fix them, then run "
+            f"`corral doctor --config {options.output}` again",
             file=out,
         )
     return code
