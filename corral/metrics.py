@@ -44,6 +44,13 @@ WORKER_ERRORS = Counter(
     ["pool"],
     registry=REGISTRY,
 )
+CAPACITY_REFUSALS = Counter(
+    "corral_capacity_refusals_total",
+    "Runner intents the database refused because their pool was already at max_runners (another writer "
+    "filled it first: with one replica, never), by pool",
+    ["pool"],
+    registry=REGISTRY,
+)
 DATABASE_ERRORS = Counter(
     "corral_database_errors_total", "Database calls that failed, by kind", ["kind"], registry=REGISTRY
 )

@@ -265,3 +265,39 @@ def test_a_connection_the_server_ended_is_replaced_without_losing_the_call(tmp_p
             assert len(store.run_blocking(runners.listing)) == 2
         finally:
             store.close()
+
+
+def test_runners_are_added_only_up_to_max_runners_counting_those_that_hold_capacity(store: Store) -> None:
+    first, _ = add(store), add(store)
+    move(store, first, RunnerState.FAILED, Reason.CLOUD_REJECTED)
+    add(store, pool="other")
+    intents = [NewRunner(pool="small", scope="org:octo", labels=("small",), reason=Reason.WARM) for _ in range(3)]
+    added = store.run_blocking(runners.add, "corral", intents, max_runners=3)
+    assert len(added) == 2, "one runner holds capacity (the failed one and the other pool's do not): room for two"
+    assert store.run_blocking(runners.add, "corral", intents, max_runners=3) == []
+
+
+def test_writers_racing_on_postgresql_never_fill_a_pool_past_max_runners() -> None:
+    """Two replicas in a split-brain moment each read the pool before the other wrote: the database, not
+    the readers, has the last word on capacity."""
+    max_runners, writers = 5, 4
+    with postgres_url() as url:
+        stores = [Store(url) for _ in range(writers)]
+        stores[0].migrate()
+        start = threading.Barrier(writers)
+        added: list[int] = []
+
+        def write(store: Store) -> None:
+            intents = [NewRunner(pool="small", scope="org:octo", labels=("small",), reason=Reason.WARM)] * 3
+            start.wait()
+            added.append(len(store.run_blocking(runners.add, "corral", intents, max_runners=max_runners)))
+
+        threads = [threading.Thread(target=write, args=(store,)) for store in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        live = stores[0].run_blocking(runners.live_of_pool, "small")
+        for store in stores:
+            store.close()
+    assert sum(added) == max_runners == len(live), added

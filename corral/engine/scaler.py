@@ -20,6 +20,7 @@ from corral.engine.creator import Creator
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
+from corral.metrics import CAPACITY_REFUSALS
 from corral.model import FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
 from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
 from corral.store import Store, jobs, runners
@@ -146,7 +147,14 @@ class Scaler:
             )
             for job_id in for_jobs
         ]
-        created = await self.store.run(runners.add, self._config().name_prefix, intents)
+        created = await self.store.run(runners.add, self._config().name_prefix, intents, max_runners=pool.max_runners)
+        if len(created) < len(intents):
+            CAPACITY_REFUSALS.labels(name).inc(len(intents) - len(created))
+            self.log_once.warning(
+                f"capacity:{name}",
+                f"pool {name}: {len(intents) - len(created)} runner(s) not started: the database found the pool "
+                f"already at max_runners ({pool.max_runners}); another writer filled it first",
+            )
         log_new_runners(created)
         received = {job.id: job.received_at for job in queued}
         config, template = self._config(), self._template()

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, String, Text, bindparam, func, insert, select, update
+from sqlalchemy import BigInteger, Connection, String, Text, bindparam, func, insert, select, text, update
 
 from corral.clock import utcnow
-from corral.model import LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
+from corral.model import CAPACITY_STATES, LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
 from corral.store.schema import JOBS, RUNNERS, UTCDateTime
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
@@ -39,6 +39,8 @@ COLUMNS = (
     RUNNERS.c.registered_at,
 )
 LIVE = [state.value for state in LIVE_STATES]
+CAPACITY = [state.value for state in CAPACITY_STATES]
+POOL_LOCK_NAMESPACE = 0x636F72  # first key of the per-pool advisory lock; the second is hashtext(pool)
 
 
 def new_runner_id() -> str:
@@ -84,8 +86,19 @@ class NewRunner:
     job_id: int | None = None
 
 
-def add(connection: Connection, name_prefix: str, intents: Sequence[NewRunner]) -> list[Runner]:
-    """Write the intents as `pending` runners with their first events; count them on the jobs they serve."""
+def add(
+    connection: Connection, name_prefix: str, intents: Sequence[NewRunner], *, max_runners: int | None = None
+) -> list[Runner]:
+    """Write the intents as `pending` runners with their first events; count them on the jobs they serve.
+
+    With `max_runners` (all intents then name one pool), only as many are written as keep the pool's runners
+    that hold capacity (starting, idle, busy) within it, counted in this same transaction: the earliest
+    intents first. On PostgreSQL the pool's adds take turns under an advisory lock for the transaction, so
+    two writers that each read the pool before the other wrote (two replicas in a split-brain moment) cannot
+    both fill its last places.
+    """
+    if max_runners is not None and intents:
+        intents = intents[: room_in_pool(connection, intents[0].pool, max_runners)]
     if not intents:
         return []
     now = utcnow()
@@ -133,6 +146,19 @@ def add(connection: Connection, name_prefix: str, intents: Sequence[NewRunner]) 
             update(JOBS).where(JOBS.c.id == job_id).values(runners_started=JOBS.c.runners_started + count)
         )
     return runners
+
+
+def room_in_pool(connection: Connection, pool: str, max_runners: int) -> int:
+    """How many more runners `pool` may start now; on PostgreSQL, holds the pool's add lock until commit."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(
+            text("SELECT pg_advisory_xact_lock(:namespace, hashtext(:pool))"),
+            {"namespace": POOL_LOCK_NAMESPACE, "pool": pool},
+        )
+    held = connection.execute(
+        select(func.count()).select_from(RUNNERS).where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(CAPACITY))
+    ).scalar_one()
+    return max(max_runners - int(held), 0)
 
 
 def _add_events(
