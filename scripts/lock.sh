@@ -17,7 +17,7 @@ python3 -m venv "$tool/venv"
 "$tool/venv/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
 compile() {
   UV_CUSTOM_COMPILE_COMMAND="bash scripts/lock.sh" "$tool/venv/bin/uv" pip compile -q \
-    --python-version 3.11 --python-platform linux --generate-hashes "$@"
+    --python-version 3.11 --python-platform linux --generate-hashes --no-strip-extras "$@"
 }
 compile "${@}" -o requirements/runtime.txt pyproject.toml
 compile "${@}" -o requirements/build.txt requirements/build.in
