@@ -190,7 +190,11 @@ wait "$sandbox_pid" || fail "corral sandbox exited $? on SIGTERM"
 if [ "${CHECK_WHEEL_DEMO:-1}" != 0 ]; then
   step "corral demo --duration 3 from the install (user data template, SQLite migrations, leak check)"
   # The demo makes its own sandbox and clouds.yaml: an inherited OS_CLIENT_CONFIG_FILE would point it elsewhere.
-  env -u OS_CLIENT_CONFIG_FILE -u OS_CLOUD "$corral" demo --duration 3 --port 0 >"$work/demo.log" 2>&1 || { cat "$work/demo.log" >&2; fail "corral demo failed"; }
+  if ! env -u OS_CLIENT_CONFIG_FILE -u OS_CLOUD "$corral" demo --duration 3 --jobs-per-minute 120 --port 0 \
+    >"$work/demo.log" 2>&1; then
+    cat "$work/demo.log" >&2
+    fail "corral demo failed"
+  fi
   grep -E "jobs served|leaks found" "$work/demo.log"
 fi
 
