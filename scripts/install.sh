@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Create .venv and install corral with exactly the versions CI uses (requirements.lock), from nothing.
+# Create .venv and install corral for development with exactly the versions CI uses, from nothing:
+# requirements/dev.txt (runtime + build + the dev group, every file checked against its hash), then corral
+# itself, editable, with nothing more (--no-deps: the lock already brought everything).
+# A runtime-only install (no test or lint tools) is the wheel's: see README, "Installing".
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.lock
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/dev.txt
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
