@@ -127,8 +127,8 @@ step "corral config check and corral migrate (the migrations ship in the wheel)"
 "${clouds[@]}" "$corral" config check "$work/corral.yaml"
 "${clouds[@]}" "$corral" migrate --config "$work/corral.yaml"
 
-# DOCTOR: the lead adds the `corral doctor` run here after merging; until then it runs when the command exists.
-if "$corral" doctor --help >/dev/null 2>&1; then step "corral doctor"; "${clouds[@]}" "$corral" doctor --config "$work/corral.yaml"; fi
+step "corral doctor: every check of the setup passes against the sandbox, from the installed wheel"
+"${clouds[@]}" "$corral" doctor --config "$work/corral.yaml"
 
 step "corral serve: ready, a job served through its webhook, /healthz, the dashboard"
 "${clouds[@]}" "$corral" serve --config "$work/corral.yaml" --listen "127.0.0.1:$port" --log-level WARNING 2>"$work/serve.log" &
