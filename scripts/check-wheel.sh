@@ -98,11 +98,6 @@ import httpx
 
 work = Path(sys.argv[1])
 info = json.loads((work / "sandbox.json").read_text().splitlines()[0])
-# The sandbox creates an organisation, and installs the App on it, the first time a job names it: name it with
-# a job, cancelled at once, so that the installation exists before anything checks for it.
-job = httpx.post(f"{info['control_url']}/jobs", json={"repo": "octo-org/app", "labels": ["none"]}, timeout=10)
-job.raise_for_status()
-httpx.post(f"{info['control_url']}/jobs/{job.json()['id']}/cancel", timeout=10).raise_for_status()
 secrets = work / "secrets"
 secrets.mkdir(mode=0o700)
 (secrets / "webhook-secret").write_text(info["webhook_secret"])
@@ -118,7 +113,11 @@ config = {
 (work / "corral.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
 with socket.socket() as sock:
     sock.bind(("127.0.0.1", 0))
-    print(sock.getsockname()[1])
+    port = sock.getsockname()[1]
+# As an operator does before starting corral: the App's webhook points at where corral will listen.
+hook = {"url": f"http://127.0.0.1:{port}/webhook"}
+httpx.put(f"{info['control_url']}/webhook", json=hook, timeout=10).raise_for_status()
+print(port)
 EOF
 )"
 clouds=(env OS_CLIENT_CONFIG_FILE="$work/sandbox/clouds.yaml")  # for corral's commands, not for the demo's own

@@ -366,6 +366,9 @@ class GitHubDoctor:
         failed: dict[str, dict[str, Any]] = {}
         for delivery in deliveries:  # newest first: keep each event's latest failed attempt
             guid = delivery.get("guid")
+            # A ping carries no job: a failed one only says corral was not answering when the hook was set up.
+            if delivery.get("event") == "ping":
+                continue
             if guid not in succeeded and guid not in failed:
                 failed[str(guid)] = delivery
         recovered = len({d.get("guid") for d in deliveries if not 200 <= int(d.get("status_code") or 0) < 300}) - len(
