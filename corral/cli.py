@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -156,6 +158,12 @@ def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentP
         "--log-format", choices=["console", "json"], default="console", help="log lines as text or JSON"
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--replica-name",
+        default=os.environ.get("CORRAL_REPLICA_NAME"),
+        help="this replica's name on a shared PostgreSQL (default HOST:PORT; CORRAL_REPLICA_NAME): keep it "
+        "across restarts, unique per live replica",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -174,7 +182,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_format, args.log_level)
     try:
-        service = Service.from_file(args.config)
+        replica = args.replica_name or f"{socket.gethostname()}:{port}"
+        service = Service.from_file(args.config, replica=replica)
     except ConfigError as exc:
         return _report_problems(args.config, exc.problems)
     except (AnotherCorralServing, SchemaTooNew) as exc:

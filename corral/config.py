@@ -385,6 +385,10 @@ class CorralConfig(StrictModel):
     """How long history (deleted runners and their events, jobs, webhook deliveries) is kept."""
     runner_version: str = Field(default=DEFAULT_RUNNER_VERSION, pattern=RUNNER_VERSION_PATTERN)
     """The runner release `${runner_download_url}` points at (for images that do not carry the runner)."""
+    lease_time: Annotated[
+        Duration, at_least(3.0, "a replica renews every third of it: shorter loses pools to a slow database")
+    ] = 15.0
+    """PostgreSQL replicas: how long a replica that stops renewing keeps its pools before another takes them."""
     tuning: TuningConfig = Field(default_factory=TuningConfig)
 
     @property

@@ -51,6 +51,22 @@ CAPACITY_REFUSALS = Counter(
     ["pool"],
     registry=REGISTRY,
 )
+LEASE_ACQUISITIONS = Counter(
+    "corral_lease_acquisitions_total", "Pool leases this replica acquired, by pool", ["pool"], registry=REGISTRY
+)
+LEASE_LOSSES = Counter(
+    "corral_lease_losses_total",
+    "Pool leases this replica lost because it did not renew them in time (paused, partitioned, overloaded)",
+    ["pool"],
+    registry=REGISTRY,
+)
+LEASE_FAILOVER_SECONDS = Histogram(
+    "corral_lease_failover_seconds",
+    "From a lease's expiry (its holder stopped renewing) to another replica acquiring it",
+    buckets=(0.5, 1, 2, 5, 10, 15, 20, 30, 60, 120),
+    registry=REGISTRY,
+)
+POOLS_HELD = Gauge("corral_pools_held", "Pools (and the housekeeping lease) this replica holds", registry=REGISTRY)
 DATABASE_ERRORS = Counter(
     "corral_database_errors_total", "Database calls that failed, by kind", ["kind"], registry=REGISTRY
 )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from pathlib import Path
 
 from corral.cloud.openstack import OpenStackProvider, connect
@@ -31,6 +33,7 @@ class Service:
         config_path: Path | None = None,
         cloud: CloudProvider | None = None,
         store: Store | None = None,
+        replica: str | None = None,
     ) -> None:
         self.config_path = config_path
         self.config = config
@@ -49,16 +52,22 @@ class Service:
             connections=config.cloud.max_concurrent_creates + config.cloud.threads,
         )
         self.github = GitHubClient(config.github)
+        self.replica = replica or f"{socket.gethostname()}:{os.getpid()}"
         self.engine = Engine(
-            config, self.store, self.cloud, self.github, user_data_template=load_template(config.user_data_template)
+            config,
+            self.store,
+            self.cloud,
+            self.github,
+            user_data_template=load_template(config.user_data_template),
+            replica=self.replica,
         )
         self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
 
     @classmethod
-    def from_file(cls, path: Path, *, cloud: CloudProvider | None = None) -> Service:
-        return cls(load_config(path), config_path=path, cloud=cloud)
+    def from_file(cls, path: Path, *, cloud: CloudProvider | None = None, replica: str | None = None) -> Service:
+        return cls(load_config(path), config_path=path, cloud=cloud, replica=replica)
 
     async def run(self) -> None:
         await self.engine.run(self.stop_event)

@@ -103,7 +103,8 @@ def test_client_commands_talk_to_a_running_corral(
 
         def one_idle() -> bool:
             corral.settle()
-            return pool_views(corral.service.config, corral.service.engine)[0].idle == 1
+            views = corral.call(lambda: pool_views(corral.service.config, corral.service.engine))
+            return views[0].idle == 1
 
         wait_until(one_idle, what="one idle runner")
         assert main(["pools", *remote]) == 0

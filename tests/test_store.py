@@ -24,7 +24,7 @@ from corral.model import (
     RunnerState,
     Transition,
 )
-from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, pools, retention, runners
+from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, leases, pools, retention, runners
 from corral.store.runners import NewRunner
 from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url, sqlite_url
 
@@ -301,3 +301,28 @@ def test_writers_racing_on_postgresql_never_fill_a_pool_past_max_runners() -> No
         for store in stores:
             store.close()
     assert sum(added) == max_runners == len(live), added
+
+
+def test_a_write_under_a_stale_fence_is_refused_and_writes_nothing() -> None:
+    """A replica paused past its lease wakes up with the fence it acquired under; another replica has
+    taken the pool since, so the database refuses everything the woken one writes for it."""
+    intent = NewRunner(pool="small", scope="org:octo", labels=("small",), reason=Reason.WARM)
+    with postgres_url() as url:
+        store = Store(url)
+        store.migrate()
+        first = store.run_blocking(leases.acquire, "small", "replica-1", timedelta(seconds=30))
+        assert first is not None and first[1] is None
+        stale, _ = first
+        assert store.run_blocking(leases.acquire, "small", "replica-2", timedelta(seconds=30)) is None, "still held"
+        store.run_blocking(leases.release, [stale])  # as if it expired while replica-1 was paused
+        second = store.run_blocking(leases.acquire, "small", "replica-2", timedelta(seconds=30))
+        assert second is not None and second[0].number == stale.number + 1
+        with pytest.raises(leases.LeaseLost, match="pool small"):
+            store.run_blocking(runners.add, "corral", [intent], fence=stale)
+        runner = store.run_blocking(runners.add, "corral", [intent], fence=second[0])[0]
+        with pytest.raises(leases.LeaseLost):
+            store.run_blocking(runners.apply, [Transition(runner, RunnerState.FAILED, Reason.OPERATOR)], [stale])
+        assert store.run_blocking(leases.renew, [stale], timedelta(seconds=30)) == set()
+        assert store.run_blocking(leases.renew, [second[0]], timedelta(seconds=30)) == {"small"}
+        assert [r.state for r in store.run_blocking(runners.listing)] == [RunnerState.PENDING]
+        store.close()

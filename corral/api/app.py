@@ -18,8 +18,18 @@ from corral import __version__
 from corral.api.auth import requires
 from corral.api.dashboard import build_dashboard_router
 from corral.api.headers import DefaultHeaders
-from corral.api.views import JobView, PoolView, ReloadResult, RunnerEventView, RunnerView, pool_views
+from corral.api.views import (
+    JobView,
+    PoolView,
+    ReloadResult,
+    ReplicaView,
+    RunnerEventView,
+    RunnerView,
+    pool_views,
+    replica_views,
+)
 from corral.api.webhook import build_webhook_router
+from corral.clock import utcnow
 from corral.config import POOL_NAME_PATTERN
 from corral.engine.coordinator import DeleteOutcome
 from corral.metrics import REGISTRY
@@ -65,12 +75,14 @@ def build_app(service: Service) -> FastAPI:
     @app.get("/readyz", tags=["health"])
     async def readyz(response: Response) -> dict[str, object]:
         """Ready once the engine has completed a pass and every pool can serve jobs (a pool an operator
-        drained does not count against it). The body names each pool's readiness and why not."""
+        drained does not count against it, nor one another replica holds: it answers for that one). The body
+        names each pool's readiness and why not."""
         pools = {}
+        holds = service.engine.leases.holds
         for name in service.config.pools:
-            pool_ready, reason = service.engine.pool_ready(name)
+            pool_ready, reason = service.engine.pool_ready(name) if holds(name) else (True, "held by another replica")
             pools[name] = {"ready": pool_ready, "reason": reason}
-        serving = [name for name in service.config.pools if name not in service.engine.drained]
+        serving = [name for name in service.config.pools if name not in service.engine.drained and holds(name)]
         ready = service.engine.passes > 0 and all(pools[name]["ready"] for name in serving)
         response.status_code = 200 if ready else 503
         return {"ready": ready, "passes": service.engine.passes, "pools": pools}
@@ -86,9 +98,15 @@ def build_app(service: Service) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/api/v1/replicas", tags=["replicas"], dependencies=read)
+    async def replicas() -> list[ReplicaView]:
+        """Every replica on this database with its last heartbeat, version and the pools it holds."""
+        rows, leases = await service.engine.membership()
+        return replica_views(rows, leases, this=service.replica, lease_s=service.config.lease_time, now=utcnow())
+
     @app.get("/api/v1/pools", tags=["pools"], dependencies=read)
     async def pools() -> list[PoolView]:
-        return pool_views(service.config, service.engine)
+        return await pool_views(service.config, service.engine)
 
     @app.get("/api/v1/runners", tags=["runners"], dependencies=read)
     async def runners(
@@ -139,7 +157,7 @@ def build_app(service: Service) -> FastAPI:
         if name not in service.config.pools:
             raise HTTPException(status_code=404, detail=f"no pool {name!r}")
         await service.engine.set_drained(name, drained)
-        return next(view for view in pool_views(service.config, service.engine) if view.name == name)
+        return next(view for view in await pool_views(service.config, service.engine) if view.name == name)
 
     @app.delete("/api/v1/runners/{runner_id}", status_code=202, tags=["actions"], dependencies=admin)
     async def delete_runner(runner_id: RunnerId) -> dict[str, str]:

@@ -122,7 +122,7 @@ def build_dashboard_router(service: Service) -> APIRouter:
     @api.get("/summary")
     async def summary() -> Summary:
         drained = service.engine.drained
-        views = pool_views(service.config, service.engine)
+        views = await pool_views(service.config, service.engine)
         pools = [DashboardPool(**view.model_dump(), drained=view.name in drained) for view in views]
         counts = await service.store.run(runners.counts)
         live = Counter({state: 0 for state in LIVE_STATES})

@@ -10,6 +10,7 @@ from corral.config import CorralConfig
 from corral.engine.coordinator import Engine
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
+from corral.store.leases import LeaseRow, ReplicaRow
 
 
 class PoolView(BaseModel):
@@ -33,14 +34,20 @@ class PoolView(BaseModel):
     busy: int
     failed: int
     deleting: int
+    held_by: str | None
+    """The replica acting for the pool (with several on PostgreSQL; on SQLite, always the one answering)."""
 
 
-def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
-    """Per pool (including removed pools still draining), as each pool's last pass left it."""
+async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
+    """Per pool (including removed pools still draining), as each pool's last pass left it: from this
+    replica's memory for the pools it holds, from the database for those another replica holds."""
+    held_by = await engine.holders()
+    names = sorted(set(config.pools) | engine.workers.keys)
+    remote = await engine.remote_snapshots(name for name in names if not engine.leases.holds(name))
     views = []
-    for name in sorted(set(config.pools) | engine.workers.keys):
+    for name in names:
         pool = config.pools.get(name)
-        snapshot = engine.snapshot(name)
+        snapshot = remote.get(name) or engine.snapshot(name)
         states = snapshot.states
         min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
         starting = states[RunnerState.PENDING] + states[RunnerState.CREATING] + states[RunnerState.BOOTING]
@@ -50,7 +57,10 @@ def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             busy=states[RunnerState.BUSY],
             queued_jobs=snapshot.queued_jobs,
         )
-        ready, reason = engine.pool_ready(name) if pool else (False, "removed from the configuration")
+        if name in remote:
+            ready, reason = snapshot.ready, snapshot.reason
+        else:
+            ready, reason = engine.pool_ready(name) if pool else (False, "removed from the configuration")
         views.append(
             PoolView(
                 name=name,
@@ -72,9 +82,46 @@ def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 busy=states[RunnerState.BUSY],
                 failed=states[RunnerState.FAILED],
                 deleting=states[RunnerState.DELETING],
+                held_by=held_by.get(name),
             )
         )
     return views
+
+
+class ReplicaView(BaseModel):
+    name: str
+    version: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+    live: bool
+    """Seen within the lease time; a replica that is not loses its pools once their leases expire."""
+    pools: list[str]
+    """The pools whose leases it holds now (`~housekeeping`: job upkeep, pruning and orphans for all)."""
+    answering: bool
+    """Whether it is the replica that answered this request."""
+
+
+def replica_views(
+    replicas: list[ReplicaRow], leases: list[LeaseRow], *, this: str, lease_s: float, now: datetime
+) -> list[ReplicaView]:
+    held: dict[str, list[str]] = {}
+    for lease in leases:
+        if lease.valid:
+            held.setdefault(lease.holder, []).append(lease.pool)
+    return [
+        ReplicaView(
+            name=row.id,
+            version=row.version,
+            pid=row.pid,
+            started_at=row.started_at,
+            last_seen=row.last_seen,
+            live=(now - row.last_seen).total_seconds() < lease_s,
+            pools=sorted(held.get(row.id, [])),
+            answering=row.id == this,
+        )
+        for row in replicas
+    ]
 
 
 class RunnerView(BaseModel):

@@ -1,4 +1,4 @@
-"""Commands that talk to a running corral through its API: pools, runners, jobs, drain, reconcile.
+"""Commands that talk to a running corral through its API: pools, runners, jobs, replicas, drain, reconcile.
 
 URL and token come from `--url`/`--token` or `CORRAL_URL`/`CORRAL_TOKEN`; output is a table, or JSON
 with `--json`.
@@ -18,6 +18,7 @@ from corral.commands.output import emit
 DEFAULT_URL = "http://127.0.0.1:8080"
 POOL_COLUMNS = ["name", "default", "ready", "desired", "queued_jobs", "starting", "idle", "busy", "failed", "reason"]
 RUNNER_COLUMNS = ["id", "name", "pool", "state", "server_id", "github_runner_id", "state_changed_at", "failure_reason"]
+REPLICA_COLUMNS = ["name", "version", "live", "last_seen", "pools", "answering"]
 JOB_COLUMNS = ["id", "repository", "status", "pool", "labels", "runner_name", "queued_at", "started_at"]
 
 
@@ -48,6 +49,10 @@ def add_parsers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]
     drain.add_argument("pool")
     drain.add_argument("--undo", action="store_true", help="undrain: resume the pool")
     drain.set_defaults(handler=_drain)
+
+    replicas = subcommands.add_parser("replicas", help="replicas on the database and the pools each holds (API)")
+    _common(replicas)
+    replicas.set_defaults(handler=_replicas)
 
     reconcile = subcommands.add_parser("reconcile", help="ask for a reconcile pass now (API)")
     _common(reconcile)
@@ -91,6 +96,14 @@ def _jobs(args: argparse.Namespace) -> int:
         for row in rows:
             row["labels"] = ",".join(row["labels"])
     return _print(args, rows, JOB_COLUMNS)
+
+
+def _replicas(args: argparse.Namespace) -> int:
+    rows = _request(args, "GET", "/api/v1/replicas")
+    if not args.json:
+        for row in rows:
+            row["pools"] = ",".join(row["pools"])
+    return _print(args, rows, REPLICA_COLUMNS)
 
 
 def _drain(args: argparse.Namespace) -> int:

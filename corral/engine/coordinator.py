@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -34,6 +35,7 @@ from datetime import timedelta
 from enum import StrEnum
 from string import Template
 
+from corral import __version__
 from corral.clock import utcnow
 from corral.cloud.provider import CloudProvider
 from corral.config import CorralConfig
@@ -43,6 +45,7 @@ from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator, server_spec
 from corral.engine.jobs import JobTracker
 from corral.engine.judge import RunnerJudge
+from corral.engine.leases import HOUSEKEEPING, LeaseKeeper
 from corral.engine.observe import Observation, Observer, observe
 from corral.engine.scaler import Scaler
 from corral.engine.status import PoolSnapshot, StatusPublisher
@@ -58,12 +61,20 @@ from corral.model import (
     Reason,
     RunnerState,
 )
-from corral.store import Store, jobs, pools, retention, runners
+from corral.store import Store, jobs, leases, pools, retention, runners
+from corral.store.leases import LeaseLost
+from corral.store.wakes import WakeListener
 from corral.userdata import load_template
 
 logger = logging.getLogger("corral.engine")
 
 RETENTION_EVERY_S = 3600.0
+DRAIN_CHANGED = "~drained"
+"""The wake payload that tells other replicas an operator drained or undrained a pool they may hold."""
+LOOK_NOW = "~look"
+"""The wake payload that asks every replica for a fresh look at the far ends (an operator's reconcile)."""
+DELETE_PREFIX = "~delete:"
+"""The wake payload that passes an operator's delete of a runner on to the replica holding its pool."""
 SHUTDOWN_WAIT_S = 60.0
 """How long a stopping corral waits for creates and deletes under way (what it abandons, the next start finds)."""
 
@@ -76,6 +87,8 @@ class DeleteOutcome(StrEnum):
     """Refused: it runs a job (drain its pool instead), or an action on it is under way."""
     GONE = "gone"
     MISSING = "missing"
+    FORWARDED = "forwarded"
+    """Its pool is held by another replica: the request was passed on to it (PostgreSQL NOTIFY)."""
 
 
 class Engine:
@@ -90,6 +103,7 @@ class Engine:
         *,
         user_data_template: Template | None = None,
         clock: Callable[[], float] = time.monotonic,
+        replica: str = "corral",
     ) -> None:
         self.config = config
         self.generation = 1
@@ -103,7 +117,10 @@ class Engine:
         self._ask_github = asyncio.Event()
         """Set when a job's fate became uncertain (its runner took a job corral cannot name): ask GitHub soon."""
         self._cloud_threads = ThreadPoolExecutor(config.cloud.threads, "corral-cloud")
-        self.mover = Mover(store)
+        self.leases = LeaseKeeper(
+            store, replica, lease_s=config.lease_time, busy=self.supervisor.group_busy, log_once=self.log_once
+        )
+        self.mover = Mover(store, fence=self.leases.fence)
         self.checker = PoolChecker(
             cloud, self._cloud_threads, self.log_once, clock, lambda: self.config.tuning.pool_recheck
         )
@@ -133,6 +150,7 @@ class Engine:
             cleaner=self.cleaner,
             status=self.status,
             log_once=self.log_once,
+            fence=self.leases.fence,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
@@ -141,17 +159,26 @@ class Engine:
         """The observation each pool's last full pass (deleting runners included) judged against."""
         self._deleting: dict[str, int] = {}
         """Runners being deleted per pool, as of that pass."""
+        self._notices = 0
+        self.started_at = utcnow()
         self.passes = 0
         """Looks at both far ends completed (each followed by a pass of every pool)."""
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._wakes: WakeListener | None = None
 
     # -- life cycle -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then wait for actions under way."""
         await self._start_workers(stop)
+        if self.leases.enabled:
+            self._wakes = WakeListener(self.store.url, asyncio.get_running_loop(), self._remote_wake)
+            self._wakes.start()
         self._loops = [
+            asyncio.create_task(
+                self._every(ActionKind.LEASES, self._lease_tick, self.leases.renew_every_s), name="corral-leases"
+            ),
             asyncio.create_task(self.observer.run(self._stop), name="corral-observer"),
             asyncio.create_task(self._every(ActionKind.POOL_CHECK, self._check_due_pools, 1.0), name="corral-checks"),
             asyncio.create_task(
@@ -171,6 +198,10 @@ class Engine:
         except TimeoutError:
             logger.warning("stopping with %d actions still under way", self.supervisor.count)
             await self.supervisor.cancel()
+        if self._wakes is not None:
+            self._wakes.stop()
+        with contextlib.suppress(Exception):
+            await self.leases.leave()
         self.creator.close()
         self._cloud_threads.shutdown(wait=False, cancel_futures=True)
 
@@ -187,6 +218,7 @@ class Engine:
                 statuses = await self.store.run(pools.statuses)
                 self.drained = {name for name, status in statuses.items() if status.drained}
                 await self._sync_workers()
+                await self._lease_tick()
                 return
             except Exception as exc:
                 wait = backoff.failed()
@@ -233,16 +265,59 @@ class Engine:
         self.workers.wake_all()
 
     async def _sync_workers(self) -> None:
-        """A worker for every configured pool and every pool that still has runners."""
-        live = await self.store.run(runners.live_pools)
-        self.workers.ensure(set(self.config.pools) | live)
+        """A worker for every configured pool and every pool that still has runners, of those this replica
+        holds (all of them on SQLite)."""
+        wanted = set(self.config.pools) | await self.store.run(runners.live_pools)
+        self.leases.wanted = wanted | {HOUSEKEEPING}
+        self.workers.ensure(pool for pool in wanted if self.leases.holds(pool))
+
+    async def _lease_tick(self) -> None:
+        """Renew, take and hand over pools (PostgreSQL); workers follow what this replica holds."""
+        gained, lost = await self.leases.tick()
+        if not gained and not lost:
+            return
+        if gained:
+            # A pool taken over may have been drained or undrained on its former owner.
+            statuses = await self.store.run(pools.statuses)
+            self.drained = {name for name, status in statuses.items() if status.drained}
+        await self._sync_workers()
+        for pool in gained:
+            self.workers.wake(pool)
+
+    def _remote_wake(self, payload: str) -> None:
+        """A wake from another replica (PostgreSQL NOTIFY): a pool's name, or `drained` after a drain."""
+        if payload == DRAIN_CHANGED:
+            self.supervisor.start(ActionKind.LEASES, "drain-changed", self._reload_drained())
+        elif payload == LOOK_NOW:
+            self.observer.refresh()
+        elif payload.startswith(DELETE_PREFIX):
+            runner_id = payload.removeprefix(DELETE_PREFIX)
+            self.supervisor.start(ActionKind.LEASES, payload, self._forwarded_delete(runner_id))
+        elif self.leases.holds(payload):
+            self.workers.wake(payload)
+
+    async def _forwarded_delete(self, runner_id: str) -> None:
+        runner = await self.store.run(runners.get, runner_id)
+        if runner is not None and self.leases.holds(runner.pool):
+            outcome = await self.delete_runner(runner_id)
+            logger.info("runner %s: delete passed on by another replica: %s", runner.name, outcome.value)
+
+    async def _reload_drained(self) -> None:
+        statuses = await self.store.run(pools.statuses)
+        drained = {name for name, status in statuses.items() if status.drained}
+        changed, self.drained = drained ^ self.drained, drained
+        for pool in changed:
+            self.workers.wake(pool)
 
     # -- wakes ------------------------------------------------------------------------------------
 
     def wake(self, pools_to_wake: Iterable[str] | None = None) -> None:
-        """Reconcile these pools soon (all of them, after a fresh look at the far ends, when None)."""
+        """Reconcile these pools soon (all of them, after a fresh look at the far ends, when None: on every
+        replica)."""
         if pools_to_wake is None:
             self.observer.refresh()
+            if self.leases.enabled:
+                self._notify({LOOK_NOW})
             return
         for pool in pools_to_wake:
             self.workers.wake(pool)
@@ -254,6 +329,16 @@ class Engine:
             self.workers.wake(pool)
         for pool in intake.news:
             self.workers.wake(pool, after=self.config.tuning.news_delay)
+        remote = {pool for pool in intake.demand | intake.news if not self.leases.holds(pool)}
+        if remote:
+            self._notify(remote)
+
+    def _notify(self, payloads: set[str]) -> None:
+        """Wake these pools' owners on other replicas (or send another message); one transaction, at once."""
+        self._notices += 1
+        self.supervisor.start(
+            ActionKind.LEASES, f"notify:{self._notices}", self.store.run(leases.notify_wake, payloads)
+        )
 
     async def settle(self) -> None:
         """Look at the far ends afresh and wait for every pool's pass after it (tests, `corral demo`).
@@ -286,11 +371,20 @@ class Engine:
             return
         live = await self.store.run(runners.live_ids, list(observation.servers))
         for runner_id, server in observation.servers.items():
+            if not self._cleans_up_after(server.pool):
+                continue
             if runner_id not in live and not self.supervisor.busy(runner_id):
                 self.supervisor.start(ActionKind.ORPHAN, f"orphan:{server.id}", self.cleaner.delete_orphan(server))
         counts = await self.store.run(jobs.counts)
         for status in JobState:
             JOBS.labels(status.value).set(counts.get(status.value, 0))
+
+    def _cleans_up_after(self, pool: str) -> bool:
+        """Whether this replica deletes a server of `pool` nobody owns: the pool's holder does, and the holder
+        of the housekeeping lease does for pools no replica wants (removed from every configuration)."""
+        if self.leases.holds(pool):
+            return True
+        return pool not in self.leases.wanted and self.leases.holds(HOUSEKEEPING)
 
     # -- one pool's pass --------------------------------------------------------------------------
 
@@ -299,6 +393,13 @@ class Engine:
         started = time.perf_counter()
         try:
             return await self._reconcile_pool(name)
+        except LeaseLost:
+            # The database refused a write: the pool's lease moved on (this replica was paused or cut off
+            # past it). Not an error: stop acting for the pool; the lease keeper takes it back if it falls here.
+            logger.warning("pool %s: lease lost (a write was refused); another replica acts for it now", name)
+            self.leases.held.pop(name, None)
+            self.workers.ensure(set(self.workers.keys) - {name})
+            return None
         finally:
             RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
 
@@ -323,6 +424,7 @@ class Engine:
                     runner.id,
                     self.cleaner.delete(runner, observation),
                     on_error=self.cleaner.on_error(runner),
+                    group=name,
                 )
         states = Counter(runner.state for runner in current)
         if full:
@@ -340,7 +442,7 @@ class Engine:
     # -- beside the passes ------------------------------------------------------------------------
 
     async def _check_due_pools(self) -> None:
-        due = self.checker.due(sorted(self.config.pools))
+        due = self.checker.due(sorted(pool for pool in self.config.pools if self.leases.holds(pool)))
         if not due:
             return
         config = self.config
@@ -348,10 +450,14 @@ class Engine:
         self.wake(due)
 
     async def _job_upkeep(self) -> None:
+        if not self.leases.holds(HOUSEKEEPING):
+            return
         changed = await self.jobs.upkeep(self.config)
         self.wake(changed)
 
     async def _prune(self) -> None:
+        if not self.leases.holds(HOUSEKEEPING):
+            return
         older_than = utcnow() - timedelta(seconds=self.config.retention)
         while not self._stop.is_set():
             batch = self.config.tuning.prune_batch
@@ -380,11 +486,50 @@ class Engine:
     def snapshot(self, name: str) -> PoolSnapshot:
         return self.status.snapshots.get(name) or PoolSnapshot(name)
 
+    async def holders(self) -> dict[str, str]:
+        """Pool -> the replica acting for it (on SQLite, this one for every pool)."""
+        if not self.leases.enabled:
+            return dict.fromkeys(set(self.config.pools) | self.workers.keys, self.leases.replica)
+        return await self.store.run(leases.holders)
+
+    async def membership(self) -> tuple[list[leases.ReplicaRow], list[leases.LeaseRow]]:
+        """The replicas on this database and the leases (on SQLite: this process, holding every pool)."""
+        if self.leases.enabled:
+            return await self.store.run(leases.all_replicas), await self.store.run(leases.leases)
+        now = utcnow()
+        me = leases.ReplicaRow(self.leases.replica, __version__, os.getpid(), self.started_at, now)
+        held = [leases.LeaseRow(pool, me.id, 0, self.started_at, now, True) for pool in await self.holders()]
+        return [me], held
+
+    async def remote_snapshots(self, names: Iterable[str]) -> dict[str, PoolSnapshot]:
+        """Pools another replica holds, as the database has them: their runners by state, queued jobs, and
+        the readiness their holder last published (its in-memory snapshot is not ours to read)."""
+        names = sorted(names)
+        if not names:
+            return {}
+        counts = await self.store.run(runners.counts)
+        statuses = await self.store.run(pools.statuses)
+        snapshots = {}
+        for name in names:
+            status = statuses.get(name)
+            snapshots[name] = PoolSnapshot(
+                name,
+                Counter({state: n for (pool, state), n in counts.items() if pool == name}),
+                queued_jobs=await self.store.run(jobs.queued_count, name),
+                ready=status.ready if status else False,
+                reason=status.reason if status else "not reconciled yet",
+                removed=status.removed if status else False,
+            )
+        return snapshots
+
     async def set_drained(self, name: str, drained: bool) -> None:
         """Drain: no new runners and idle ones retired (busy ones finish); undrain to resume."""
         await self.store.run(pools.set_drained, name, drained)
         (self.drained.add if drained else self.drained.discard)(name)
-        await self.workers.run_now(name)
+        if self.leases.holds(name):
+            await self.workers.run_now(name)
+        else:
+            self._notify({DRAIN_CHANGED})
 
     async def delete_runner(self, runner_id: str) -> DeleteOutcome:
         """An operator's delete of one runner; refused while it runs a job."""
@@ -393,6 +538,9 @@ class Engine:
             return DeleteOutcome.MISSING
         if runner.state in (RunnerState.DELETING, RunnerState.DELETED):
             return DeleteOutcome.GONE
+        if not self.leases.holds(runner.pool):
+            self._notify({DELETE_PREFIX + runner.id})
+            return DeleteOutcome.FORWARDED
         if runner.state is RunnerState.BUSY or (
             self.supervisor.busy(runner.id) and runner.state not in STARTING_STATES
         ):
@@ -405,5 +553,6 @@ class Engine:
             await self.workers.run_now(runner.pool)
             return DeleteOutcome.DELETING
         if await self.cleaner.retire(runner, Reason.OPERATOR, "deleted by an operator"):
+            self.workers.wake(runner.pool)  # its place is refilled now, not at the next periodic pass
             return DeleteOutcome.DELETING
         return DeleteOutcome.BUSY

@@ -24,6 +24,7 @@ from corral.metrics import CAPACITY_REFUSALS
 from corral.model import FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
 from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
 from corral.store import Store, jobs, runners
+from corral.store.leases import Fence
 from corral.store.runners import NewRunner
 
 
@@ -42,8 +43,10 @@ class Scaler:
         cleaner: Cleaner,
         status: StatusPublisher,
         log_once: LogOnce,
+        fence: Callable[[str], Fence | None] = lambda _: None,
     ) -> None:
-        """The callables read the engine's current configuration and state, which a reload replaces."""
+        """The callables read the engine's current configuration and state, which a reload replaces; `fence`
+        gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
         self._config = config
         self._template = template
         self._generation = generation
@@ -55,6 +58,7 @@ class Scaler:
         self.cleaner = cleaner
         self.status = status
         self.log_once = log_once
+        self._fence = fence
 
     async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
         """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
@@ -147,7 +151,13 @@ class Scaler:
             )
             for job_id in for_jobs
         ]
-        created = await self.store.run(runners.add, self._config().name_prefix, intents, max_runners=pool.max_runners)
+        created = await self.store.run(
+            runners.add,
+            self._config().name_prefix,
+            intents,
+            max_runners=pool.max_runners,
+            fence=self._fence(name),
+        )
         if len(created) < len(intents):
             CAPACITY_REFUSALS.labels(name).inc(len(intents) - len(created))
             self.log_once.warning(
@@ -165,6 +175,7 @@ class Scaler:
                 runner.id,
                 self.creator.create(runner, config, template, job_received_at),
                 on_error=self.creator.on_error(runner),
+                group=name,
             )
 
     def _retire_surplus(self, name: str, current: list[Runner], surplus: int, drained: bool) -> float | None:
@@ -184,4 +195,6 @@ class Scaler:
     def retire(self, candidates: list[Runner], states: list[RunnerState], reason: Reason, message: str | None) -> None:
         for runner in candidates:
             if runner.state in states and not self.supervisor.busy(runner.id):
-                self.supervisor.start(ActionKind.RETIRE, runner.id, self.cleaner.retire(runner, reason, message))
+                self.supervisor.start(
+                    ActionKind.RETIRE, runner.id, self.cleaner.retire(runner, reason, message), group=runner.pool
+                )

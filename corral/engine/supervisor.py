@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from corral.metrics import ACTION_ERRORS
+from corral.store.leases import LeaseLost
 
 logger = logging.getLogger("corral.engine")
 
@@ -29,6 +30,7 @@ class ActionKind(StrEnum):
     POOL_CHECK = "pool_check"
     OBSERVE = "observe"
     PRUNE = "prune"
+    LEASES = "leases"
 
 
 ErrorHandler = Callable[[BaseException], Awaitable[None]]
@@ -39,10 +41,15 @@ class Supervisor:
 
     def __init__(self) -> None:
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._groups: dict[str, str] = {}
 
     def busy(self, key: str) -> bool:
         """Whether an action keyed `key` is under way."""
         return key in self._tasks
+
+    def group_busy(self, group: str) -> bool:
+        """Whether any action started in `group` (a pool) is under way."""
+        return group in self._groups.values()
 
     def start(
         self,
@@ -50,14 +57,24 @@ class Supervisor:
         key: str,
         action: Coroutine[Any, Any, object],
         on_error: ErrorHandler | None = None,
+        *,
+        group: str | None = None,
     ) -> bool:
-        """Run `action` unless one keyed `key` is under way; True if it was started."""
+        """Run `action` unless one keyed `key` is under way; True if it was started. `group` (the pool) lets
+        a replica tell whether a pool it would hand over still has actions under way."""
         if key in self._tasks:
             action.close()
             return False
         task = asyncio.get_running_loop().create_task(self._supervise(kind, key, action, on_error), name=key)
         self._tasks[key] = task
-        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        if group is not None:
+            self._groups[key] = group
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._tasks.pop(key, None)
+            self._groups.pop(key, None)
+
+        task.add_done_callback(done)
         return True
 
     async def _supervise(
@@ -67,6 +84,10 @@ class Supervisor:
             await action
         except asyncio.CancelledError:
             raise
+        except LeaseLost as exc:
+            # Not an error: the pool moved to another replica mid-action, and the database refused this one's
+            # write. The new owner judges the runner from what is recorded.
+            logger.info("%s action %s stopped: %s", kind.value, key, exc)
         except Exception as exc:
             ACTION_ERRORS.labels(kind.value).inc()
             logger.exception("%s action %s failed unexpectedly", kind.value, key)

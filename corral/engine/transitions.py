@@ -7,12 +7,13 @@ their move stands, and the caller gets None.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from corral.metrics import RUNNER_FAILURES, RUNNER_TRANSITIONS
 from corral.model import FAILURE_REASONS, Reason, Runner, RunnerState, Transition
 from corral.store import Store, runners
+from corral.store.leases import Fence
 
 logger = logging.getLogger("corral.engine")
 
@@ -22,14 +23,19 @@ CAN_FAIL = frozenset(state for state in RunnerState if state.can_become(RunnerSt
 class Mover:
     """Applies transitions, logs each one with its fields, and counts it by pool, state and reason."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, fence: Callable[[str], Fence | None] = lambda _: None) -> None:
         self._store = store
+        self._fence = fence
 
     async def apply(self, transitions: Sequence[Transition]) -> list[Runner | None]:
-        """Apply a group of transitions in one transaction; None for each one someone else beat us to."""
+        """Apply a group of transitions in one transaction; None for each one someone else beat us to.
+
+        Each carries its pool's fence: a replica that lost the pool's lease writes nothing (LeaseLost)."""
         if not transitions:
             return []
-        moved = await self._store.run(runners.apply, transitions)
+        fences = [self._fence(pool) for pool in sorted({move.runner.pool for move in transitions})]
+        held = [fence for fence in fences if fence is not None]
+        moved = await self._store.run(runners.apply, transitions, held)
         for transition, result in zip(transitions, moved, strict=True):
             if result is None:
                 logger.debug(

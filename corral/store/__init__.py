@@ -5,7 +5,7 @@ functions of a connection grouped by subject (`runners`, `jobs`, `pools`, `token
 runs one as a transaction off the event loop, `Store.run_blocking` in the calling thread.
 """
 
-from corral.store import jobs, pools, retention, runners, tokens
+from corral.store import jobs, leases, pools, retention, runners, tokens
 from corral.store.database import BlockingCallOnEventLoop, SchemaTooNew, Store
 from corral.store.intake import Intake
 from corral.store.serve_lock import AnotherCorralServing, ServeLock
@@ -18,6 +18,7 @@ __all__ = [
     "ServeLock",
     "Store",
     "jobs",
+    "leases",
     "pools",
     "retention",
     "runners",

@@ -19,6 +19,8 @@ from sqlalchemy import BigInteger, Connection, String, Text, bindparam, func, in
 
 from corral.clock import utcnow
 from corral.model import CAPACITY_STATES, LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
+from corral.store import leases
+from corral.store.leases import Fence
 from corral.store.schema import JOBS, RUNNERS, UTCDateTime
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
@@ -87,7 +89,12 @@ class NewRunner:
 
 
 def add(
-    connection: Connection, name_prefix: str, intents: Sequence[NewRunner], *, max_runners: int | None = None
+    connection: Connection,
+    name_prefix: str,
+    intents: Sequence[NewRunner],
+    *,
+    max_runners: int | None = None,
+    fence: Fence | None = None,
 ) -> list[Runner]:
     """Write the intents as `pending` runners with their first events; count them on the jobs they serve.
 
@@ -95,8 +102,10 @@ def add(
     that hold capacity (starting, idle, busy) within it, counted in this same transaction: the earliest
     intents first. On PostgreSQL the pool's adds take turns under an advisory lock for the transaction, so
     two writers that each read the pool before the other wrote (two replicas in a split-brain moment) cannot
-    both fill its last places.
+    both fill its last places. With `fence`, nothing is written unless it is still the pool's lease.
     """
+    if fence is not None:
+        leases.verify(connection, [fence])
     if max_runners is not None and intents:
         intents = intents[: room_in_pool(connection, intents[0].pool, max_runners)]
     if not intents:
@@ -201,8 +210,14 @@ MOVE = (
 """One guarded move, built once: it applies only if the runner is still in the state it was read in."""
 
 
-def apply(connection: Connection, transitions: Sequence[Transition]) -> list[Runner | None]:
-    """Apply each transition that still holds; None in place of one whose runner someone else moved first."""
+def apply(
+    connection: Connection, transitions: Sequence[Transition], fences: Sequence[Fence] = ()
+) -> list[Runner | None]:
+    """Apply each transition that still holds; None in place of one whose runner someone else moved first.
+
+    `fences` (PostgreSQL replicas): the leases of the pools these runners belong to, checked first in this
+    transaction; a stale one refuses the whole group (LeaseLost), nothing written."""
+    leases.verify(connection, fences)
     now = utcnow()
     applied: list[Runner | None] = []
     moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None]] = []

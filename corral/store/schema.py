@@ -164,10 +164,43 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None]
 
 
+class Replica(Base):
+    """A `corral serve` process on this database, as it last said it was alive (PostgreSQL replicas)."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    """Stable across restarts of one replica (`replica_name`, by default host and listen port), so a restart
+    takes its pools back at once instead of waiting for its old leases to expire."""
+    version: Mapped[str] = mapped_column(String(32))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    """The database's own clock, so replicas' clocks never have to agree."""
+
+
+class PoolLease(Base):
+    """Which replica acts for a pool, until when, under which fencing number.
+
+    `fence` grows by one at every acquisition; a write acting for the pool carries the number its replica
+    acquired, and the database refuses it once the number has moved on (a replica paused past its lease
+    that wakes up late cannot act)."""
+
+    __tablename__ = "pool_leases"
+
+    pool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    fence: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
 RUNNERS = cast(Table, Runner.__table__)
 RUNNER_EVENTS = cast(Table, RunnerEvent.__table__)
 JOBS = cast(Table, Job.__table__)
 DELIVERIES = cast(Table, Delivery.__table__)
 POOL_STATUS = cast(Table, PoolStatus.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)
+REPLICAS = cast(Table, Replica.__table__)
+POOL_LEASES = cast(Table, PoolLease.__table__)
 """The tables themselves, for the Core queries of `corral.store`."""

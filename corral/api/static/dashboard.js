@@ -187,6 +187,7 @@
           { class: "pool-foot" },
           `${pool.queued_jobs} queued · min idle ${pool.min_idle} · max ${pool.max_runners}`,
           pool.deleting ? ` · ${pool.deleting} deleting` : "",
+          pool.held_by ? ` · held by ${pool.held_by}` : "",
         ),
       );
     });

@@ -1,0 +1,66 @@
+"""PostgreSQL `LISTEN corral_wake`: a webhook accepted by one replica wakes the pool's owner on another.
+
+One connection of its own, in a thread (psycopg blocks while it waits for notifications), hands each
+payload to the event loop. A lost connection is opened again with backoff; nothing is lost meanwhile that
+the periodic pass would not find (a wake only brings a pass forward).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy import make_url
+
+from corral.store.leases import WAKE_CHANNEL
+
+logger = logging.getLogger("corral.store")
+
+POLL_S = 1.0
+"""How often the thread looks up from waiting to see whether it should stop."""
+
+
+def libpq_url(url: str) -> str:
+    """The SQLAlchemy URL (postgresql+psycopg://...) as psycopg itself takes it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class WakeListener:
+    """Calls `on_wake(payload)` on `loop` for every notification on the wake channel."""
+
+    def __init__(self, url: str, loop: asyncio.AbstractEventLoop, on_wake: Callable[[str], None]) -> None:
+        self._conninfo = libpq_url(url)
+        self._loop = loop
+        self._on_wake = on_wake
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="corral-wakes", daemon=True)
+        self.listening = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=POLL_S * 3)
+
+    def _run(self) -> None:
+        wait_s = 1.0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as connection:
+                    connection.execute(f"LISTEN {WAKE_CHANNEL}")
+                    self.listening.set()
+                    wait_s = 1.0
+                    while not self._stop.is_set():
+                        for notification in connection.notifies(timeout=POLL_S):
+                            self._loop.call_soon_threadsafe(self._on_wake, notification.payload)
+            except psycopg.Error as exc:
+                self.listening.clear()
+                logger.warning("listening for wakes failed (%s); again in %.0fs", type(exc).__name__, wait_s)
+                self._stop.wait(wait_s)
+                wait_s = min(wait_s * 2, 30.0)
+            except RuntimeError:
+                return  # the event loop closed under us: corral is stopping

@@ -1,0 +1,249 @@
+"""Several `corral serve` replicas on one PostgreSQL: pools leased, wakes across replicas, failover, fencing.
+
+Each replica is a real process (`corral serve`) on its own port, against the test's sandbox and a fresh
+database on the real PostgreSQL, with a short lease (3 s) so that failovers fit in a test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import yaml
+
+from bench.support import CorralProcess, free_port
+from corral.engine.leases import HOUSEKEEPING, rendezvous
+from corral.files import write_private
+from corral.local import corral_config, pool_spec
+from corral.sandbox.server import Sandbox
+from corral.store import Store, tokens
+from corral.store.wakes import libpq_url
+from tests.store_urls import postgres_url
+from tests.test_lifecycle import cloud_servers
+from tests.waiting import wait_until
+
+POOLS = ("alpha", "beta", "gamma")
+LEASE_S = 3.0
+
+
+class Replicas:
+    """The replicas of one test, their database, and what the database says they hold."""
+
+    def __init__(self, sandbox: Sandbox, control: httpx.Client, folder: Path, database_url: str) -> None:
+        self.sandbox = sandbox
+        self.control = control
+        self.database_url = database_url
+        self.config = folder / "corral.yaml"
+        self.folder = folder
+        self.processes: list[CorralProcess] = []
+        self.pool_settings: dict[str, dict[str, Any]] = {}
+        """Per pool, settings beyond the defaults, for the config the first `start` writes."""
+
+    def write_config(self) -> None:
+        document = corral_config(
+            self.sandbox.info,
+            self.database_url,
+            {pool: pool_spec([pool], **{"max_runners": 4, **self.pool_settings.get(pool, {})}) for pool in POOLS},
+            default_pool=POOLS[0],
+            lease_time=f"{LEASE_S:.0f}s",
+            # Passes far apart: a job on a pool another replica holds is served within the test's wait only
+            # if the webhook's replica wakes the owner (NOTIFY), not by the next periodic pass.
+            reconcile_interval="60s",
+            missed_job_scan="60s",
+        )
+        write_private(self.config, yaml.safe_dump(document))
+
+    def start(self, count: int) -> list[CorralProcess]:
+        if not self.config.exists():
+            self.write_config()
+        started = [
+            CorralProcess(self.config, free_port(), self.sandbox.info.clouds_yaml, self.folder / f"replica-{i}.log")
+            for i in range(len(self.processes), len(self.processes) + count)
+        ]
+        for process in started:
+            process.start()
+        for process in started:
+            process.wait_serving()
+        self.processes += started
+        self.send_webhooks_to(started[0])
+        return started
+
+    def send_webhooks_to(self, process: CorralProcess) -> None:
+        self.control.put("/webhook", json={"url": f"{process.url}/webhook"}).raise_for_status()
+
+    def name(self, process: CorralProcess) -> str:
+        return f"{socket.gethostname()}:{process.port}"
+
+    def holders(self) -> dict[str, str]:
+        """Pool -> replica, for the leases that have not expired."""
+        with psycopg.connect(libpq_url(self.database_url)) as connection:
+            rows = connection.execute("SELECT pool, holder FROM pool_leases WHERE expires_at > now()").fetchall()
+        return {pool: holder for pool, holder in rows}
+
+    def expected(self, live: list[CorralProcess]) -> dict[str, str]:
+        names = [self.name(process) for process in live]
+        return {pool: rendezvous(pool, names) or "" for pool in (*POOLS, HOUSEKEEPING)}
+
+    def token(self, scope: str = "read") -> str:
+        """An API token, in the database every replica shares."""
+        store = Store(self.database_url)
+        _, value = store.run_blocking(tokens.create, f"replicas-test-{scope}", scope)
+        store.close()
+        return value
+
+    def runners_per_pool(self) -> dict[str, int]:
+        with psycopg.connect(libpq_url(self.database_url)) as connection:
+            rows = connection.execute("SELECT pool, count(*) FROM runners GROUP BY pool").fetchall()
+        return {pool: int(count) for pool, count in rows}
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.exit_code is None:
+                with_signal(process, signal.SIGCONT)
+            process.stop()
+
+
+def with_signal(process: CorralProcess, signum: signal.Signals) -> None:
+    os.kill(process.pid, signum)
+
+
+@pytest.fixture
+def replicas(sandbox: Sandbox, control: httpx.Client, tmp_path: Path) -> Iterator[Replicas]:
+    with postgres_url() as url:
+        group = Replicas(sandbox, control, tmp_path, url)
+        try:
+            yield group
+        finally:
+            group.stop()
+
+
+def queue(control: httpx.Client, pool: str, count: int) -> list[int]:
+    ids = []
+    for _ in range(count):
+        job = control.post("/jobs", json={"repo": "octo-org/app", "labels": [pool], "duration": 0.0})
+        job.raise_for_status()
+        ids.append(int(job.json()["id"]))
+    return ids
+
+
+def all_completed(control: httpx.Client, job_ids: list[int]) -> Callable[[], bool]:
+    def check() -> bool:
+        return all(control.get(f"/jobs/{job_id}").json()["status"] == "completed" for job_id in job_ids)
+
+    return check
+
+
+def test_three_replicas_spread_the_pools_and_serve_jobs_whichever_takes_the_webhook(
+    replicas: Replicas, control: httpx.Client, sandbox: Sandbox
+) -> None:
+    live = replicas.start(3)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    token = replicas.token()
+    for process in live:  # any replica answers for all of them
+        answer = httpx.get(f"{process.url}/api/v1/replicas", headers={"Authorization": f"Bearer {token}"})
+        listed = {row["name"]: row for row in answer.json()}
+        assert set(listed) == {replicas.name(p) for p in live} and all(row["live"] for row in listed.values())
+        assert {pool: name for name, row in listed.items() for pool in row["pools"]} == replicas.holders()
+        assert [row["answering"] for row in listed.values()].count(True) == 1
+        pools = httpx.get(f"{process.url}/api/v1/pools", headers={"Authorization": f"Bearer {token}"}).json()
+        assert {view["name"]: view["held_by"] for view in pools} == {p: replicas.holders()[p] for p in POOLS}
+    jobs = [job for pool in POOLS for job in queue(control, pool, 4)]
+    wait_until(all_completed(control, jobs), timeout=45, what="every job served through the webhook's replica")
+    assert replicas.runners_per_pool() == dict.fromkeys(POOLS, 4), "one runner per job, never two replicas' worth"
+    wait_until(lambda: cloud_servers(sandbox) == {}, timeout=90, what="every server deleted once its job was done")
+
+
+def test_a_killed_replica_pools_move_to_the_others_and_come_back_when_it_returns(
+    replicas: Replicas, control: httpx.Client
+) -> None:
+    live = replicas.start(3)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    victim = next(p for p in live if replicas.name(p) in set(replicas.holders().values()) - {replicas.name(live[0])})
+    victim_pools = [pool for pool, holder in replicas.holders().items() if holder == replicas.name(victim)]
+    victim.kill()
+    survivors = [process for process in live if process is not victim]
+    wait_until(
+        lambda: replicas.holders() == replicas.expected(survivors), timeout=LEASE_S * 4, what="the pools failed over"
+    )
+    jobs = [job for pool in victim_pools if pool != HOUSEKEEPING for job in queue(control, pool, 2)]
+    wait_until(all_completed(control, jobs), timeout=45, what="the killed replica's pools served by the others")
+    victim.start()
+    victim.wait_serving()
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=LEASE_S * 4, what="its pools handed back")
+
+
+def test_a_paused_replica_is_fenced_off_when_it_wakes_and_acts_no_more(
+    replicas: Replicas, control: httpx.Client
+) -> None:
+    live = replicas.start(2)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    holders = replicas.holders()
+    paused = next(p for p in live if replicas.name(p) in {holders[pool] for pool in POOLS})
+    other = next(p for p in live if p is not paused)
+    pools_of_paused = [pool for pool in POOLS if holders[pool] == replicas.name(paused)]
+    replicas.send_webhooks_to(other)
+    with_signal(paused, signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: all(replicas.holders().get(pool) == replicas.name(other) for pool in pools_of_paused),
+            timeout=LEASE_S * 4,
+            what="the paused replica's pools taken over",
+        )
+        jobs = [job for pool in pools_of_paused for job in queue(control, pool, 2)]
+        wait_until(all_completed(control, jobs), timeout=45, what="its jobs served by the other replica")
+    finally:
+        with_signal(paused, signal.SIGCONT)
+    wait_until(
+        lambda: "lease lost" in paused.log_path.read_text(), timeout=LEASE_S * 4, what="the woken replica's loss"
+    )
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=LEASE_S * 6, what="pools rebalanced")
+    more = [job for pool in pools_of_paused for job in queue(control, pool, 1)]
+    wait_until(all_completed(control, more), timeout=45, what="jobs served after it rejoined")
+    runs: dict[str, Any] = replicas.runners_per_pool()
+    for pool in pools_of_paused:
+        assert runs[pool] == 3, f"pool {pool}: one runner per job, none twice after the pause: {runs}"
+
+
+def test_an_operator_acting_on_any_replica_reaches_the_pools_owner(
+    replicas: Replicas, control: httpx.Client, sandbox: Sandbox
+) -> None:
+    replicas.pool_settings[POOLS[2]] = {"min_idle": 1}
+    live = replicas.start(2)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    holders = replicas.holders()
+    pool = POOLS[0]
+    owner = next(p for p in live if replicas.name(p) == holders[pool])
+    elsewhere = next(p for p in live if p is not owner)
+    admin = replicas.token("admin")
+    api = httpx.Client(base_url=elsewhere.url, headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+    with api:
+        assert api.post(f"/api/v1/pools/{pool}/drain").status_code == 200
+        jobs = queue(control, pool, 1)
+        served_elsewhere = queue(control, POOLS[1], 1) if holders[POOLS[1]] != holders[pool] else []
+        wait_until(all_completed(control, served_elsewhere), timeout=30, what="another pool still served")
+        assert control.get(f"/jobs/{jobs[0]}").json()["status"] == "queued", "the drained pool starts nothing"
+        assert api.post(f"/api/v1/pools/{pool}/undrain").status_code == 200
+        wait_until(all_completed(control, jobs), timeout=30, what="the undrained pool served its job")
+        warm = POOLS[2]
+        warm_owner = holders[warm]
+
+        def warm_runner() -> dict[str, Any] | None:
+            runners = api.get("/api/v1/runners", params={"pool": warm}).json()
+            return next((r for r in runners if r["state"] in ("booting", "idle")), None)
+
+        first = wait_until(warm_runner, timeout=30, what="the warm pool's runner")
+        answer = api.delete(f"/api/v1/runners/{first['id']}")
+        expected = "forwarded" if warm_owner != replicas.name(elsewhere) else "deleting"
+        assert (answer.status_code, answer.json()["outcome"]) == (202, expected)
+        wait_until(
+            lambda: (r := warm_runner()) is not None and r["id"] != first["id"],
+            timeout=30,
+            what="the deleted runner replaced by its pool's owner",
+        )
