@@ -247,3 +247,15 @@ def test_an_operator_acting_on_any_replica_reaches_the_pools_owner(
             timeout=30,
             what="the deleted runner replaced by its pool's owner",
         )
+
+
+def test_a_replica_older_than_the_schema_a_newer_one_migrated_to_stops_acting(replicas: Replicas) -> None:
+    """A rolling upgrade: a newer replica migrates the database while an older one runs. The older one must
+    not act on a schema it does not know: it lets its pools go and says why."""
+    (old,) = replicas.start(1)
+    wait_until(lambda: replicas.holders() == replicas.expected([old]), timeout=30, what="every pool leased")
+    with psycopg.connect(libpq_url(replicas.database_url), autocommit=True) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '9001'")
+    wait_until(lambda: replicas.holders() == {}, timeout=LEASE_S * 3, what="the old replica letting its pools go")
+    assert "newer than this corral knows" in old.log_path.read_text()
+    assert old.exit_code is None, "it stays up (its API still answers) but acts for nothing"

@@ -26,6 +26,7 @@ from corral.clock import utcnow
 from corral.engine.backoff import LogOnce
 from corral.metrics import LEASE_ACQUISITIONS, LEASE_FAILOVER_SECONDS, LEASE_LOSSES, POOLS_HELD
 from corral.store import Store, leases
+from corral.store.database import known_revisions, schema_revision
 from corral.store.leases import Fence, LeaseLost
 
 logger = logging.getLogger("corral.engine")
@@ -89,6 +90,18 @@ class LeaseKeeper:
         """Heartbeat, renew, take and hand over; returns the pools gained and the pools lost or let go."""
         if not self.enabled:
             return set(), set()
+        revision = await self.store.run(schema_revision)
+        if revision is not None and revision not in known_revisions():
+            # A newer corral migrated the database during a rolling upgrade: acting on a schema this code does
+            # not know could undo its work. Let every pool go; the upgraded replicas take them.
+            self._log_once.warning(
+                "schema-too-new",
+                f"the database's schema is now at revision {revision!r}, newer than this corral knows: acting for "
+                "no pool any more; upgrade this replica",
+            )
+            lost = set(self.held)
+            await self.leave()
+            return set(), lost
         ttl = timedelta(seconds=self.lease_s)
         twin = await self.store.run(leases.heartbeat, self.replica, __version__, os.getpid())
         if twin is not None:

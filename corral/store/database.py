@@ -94,6 +94,23 @@ def _on_event_loop() -> bool:
     return True
 
 
+def _alembic_config() -> AlembicConfig:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    """The schema revisions this code knows (its migrations)."""
+    return frozenset(script.revision for script in ScriptDirectory.from_config(_alembic_config()).walk_revisions())
+
+
+def schema_revision(connection: Connection) -> str | None:
+    """The database's schema revision now (a newer replica may have migrated it since this one started)."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
 class Store:
     """An engine, its migrations, and the threads queries run in."""
 
@@ -112,9 +129,8 @@ class Store:
         at once: on PostgreSQL they take turns under an advisory lock held for the migration's transaction,
         and the ones after the first find nothing to do. A database migrated past what this code knows is
         refused (`SchemaTooNew`) rather than touched."""
-        config = AlembicConfig()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        known = {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
+        config = _alembic_config()
+        known = known_revisions()
         with self.engine.begin() as connection:
             if not self.is_sqlite:
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
