@@ -10,7 +10,7 @@
 #   MINISTACK_DIR   ministack's scripts (default: scripts/ministack in this repository)
 #   PORT_BASE       ministack's port base; by default the first free one of a few candidates is taken,
 #                   so a ministack someone else started is left alone
-#   LIVE_TIMEOUT_S  hard limit for the test phase (default 420); pytest is interrupted, cleans up, and
+#   LIVE_TIMEOUT_S  hard limit for the test phase (default 600); pytest is interrupted, cleans up, and
 #                   ministack is still stopped
 #   LIVE_DRY_RUN=1  only resolve and check the paths above, print them and exit: installs and starts nothing
 set -euo pipefail
@@ -19,7 +19,7 @@ REPO="$PWD"
 export MINISTACK_HOME="${MINISTACK_HOME:-/tmp/ministack}"
 MINISTACK_DIR="${MINISTACK_DIR:-$REPO/scripts/ministack}"
 VENV="${MINISTACK_VENV:-$MINISTACK_HOME/venv}"
-LIVE_TIMEOUT_S="${LIVE_TIMEOUT_S:-420}"
+LIVE_TIMEOUT_S="${LIVE_TIMEOUT_S:-600}"
 # below the ephemeral range (32768+), so no outgoing connection can be holding one of the ports
 PORT_CANDIDATES="${PORT_BASE:-20000 21000 22000 23000 10000 11000 12000 13000}"
 T_START=$(date +%s)
