@@ -56,6 +56,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
+@pytest.fixture(autouse=True)
+def _untraced_children(request: pytest.FixtureRequest) -> None:
+    """Under `--cov`, coverage follows every Python child process (pyproject.toml). A test marked `untraced`
+    starts its children without it: tracing doubles their CPU time, and the chaos bench's deadlines then
+    fail jobs that an untraced corral serves (measured: 89 and 94 of 100 served, against 100)."""
+    if request.node.get_closest_marker("untraced") is not None:
+        request.getfixturevalue("monkeypatch").delenv("COVERAGE_PROCESS_CONFIG", raising=False)
+
+
 @pytest.fixture(scope="session")
 def sandbox_session() -> Iterator[Sandbox]:
     """One sandbox for the session (starting HTTP servers per test would dominate the run time)."""
