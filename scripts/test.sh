@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Install, then lint, type-check and run the whole test suite: what CI runs.
+# Install, then lint, type-check and run the whole test suite with coverage: what CI runs.
+#
+#   bash scripts/test.sh [pytest arguments]
+#
+# Coverage of corral/ (lines and branches, Python child processes included; config in pyproject.toml) must
+# stay at or above COVERAGE_FLOOR: raise the floor when coverage rises, never lower it to let a change in.
+# For part of the suite add `--no-cov` (or `--cov-fail-under=0`): `bash scripts/test.sh -m "not e2e" --no-cov`.
+# The report is printed and written to htmlcov/index.html.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+COVERAGE_FLOOR=90  # the whole suite measured 90.74% on 2026-12-01, rounded down
 bash scripts/install.sh
 .venv/bin/ruff check corral tests bench
 .venv/bin/ruff format --check corral tests bench
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --cov --cov-report=term:skip-covered --cov-report=html \
+  --cov-fail-under="$COVERAGE_FLOOR" "$@"

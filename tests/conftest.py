@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import httpx
@@ -17,6 +18,51 @@ from corral.sandbox.world import Timings
 from tests.webhook_receiver import WebhookReceiver
 
 TEST_TIMINGS = Timings(boot_delay=0.05, register_delay=0.0, delete_delay=0.0)
+
+E2E_FIXTURES = frozenset({"sandbox_session", "webhook_receiver_session", "start_corral", "live"})
+"""A test whose fixtures include one of these, directly or through others (`sandbox`, `control`, `os_conn`,
+`webhook_receiver`, a module's own fixture built on them...) is end to end: it talks HTTP to the sandbox
+(or, for `live`, to a real cloud)."""
+
+E2E_NAMES = frozenset({"postgres_url", "run_chaos", "subprocess", "Popen"})
+"""A test whose own code (nested functions included) names one of these starts something outside the test's
+process: a PostgreSQL database of its own, the chaos bench, a child process. Modules that do so through helpers
+say `pytestmark = pytest.mark.e2e` instead."""
+
+
+def _names(code: CodeType) -> Iterator[str]:
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            yield from _names(constant)
+
+
+def _is_e2e(item: pytest.Item) -> bool:
+    if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "postgresql" in callspec.params.values():
+        return True
+    function = getattr(item, "function", None)
+    code = getattr(function, "__code__", None)
+    return isinstance(code, CodeType) and not E2E_NAMES.isdisjoint(_names(code))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `e2e` every test that starts the sandbox, corral, a process or a database of its own, so that
+    `pytest -m "not e2e"` is the fast set whoever writes the next test."""
+    for item in items:
+        if _is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _untraced_children(request: pytest.FixtureRequest) -> None:
+    """Under `--cov`, coverage follows every Python child process (pyproject.toml). A test marked `untraced`
+    starts its children without it: tracing doubles their CPU time, and the chaos bench's deadlines then
+    fail jobs that an untraced corral serves (measured: 89 and 94 of 100 served, against 100)."""
+    if request.node.get_closest_marker("untraced") is not None:
+        request.getfixturevalue("monkeypatch").delenv("COVERAGE_PROCESS_CONFIG", raising=False)
 
 
 @pytest.fixture(scope="session")

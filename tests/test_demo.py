@@ -14,6 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+pytestmark = pytest.mark.e2e  # starts child processes
+
 DEMO = [sys.executable, "-m", "corral.cli", "demo", "--port", "0", "--jobs-per-minute", "60"]
 
 

@@ -33,6 +33,7 @@ def git_toplevel() -> Path | None:
 
 
 pytestmark = [
+    pytest.mark.e2e,  # clones the repository and runs pytest in the clone
     pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed, so there is nothing to clone with"),
     pytest.mark.skipif(
         shutil.which("git") is not None and git_toplevel() != ROOT,

@@ -11,6 +11,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs scripts/live.sh (a dry run) in a child process
+
 ROOT = Path(__file__).resolve().parents[1]
 LIVE_SH = ROOT / "scripts" / "live.sh"
 MINISTACK = ROOT / "scripts" / "ministack"
