@@ -166,3 +166,27 @@ def backlog_s(kill: Kill, jobs: list[Record]) -> float | None:
 def jobs_in(window: Window, jobs: list[Record]) -> list[Record]:
     """Jobs queued while the fault lasted."""
     return [job for job in jobs if window.start_s <= float(job["queued_at_s"]) <= window.end_s]
+
+
+RUNNER_METADATA = "corral-runner"
+"""The metadata key naming a server's runner (corral.cloud.provider.META_RUNNER)."""
+
+
+def servers_per_job(lives: list[Record], runners: list[Record]) -> dict[int, int]:
+    """Per job, the servers created for runners started for it (corral's runners, `GET /api/v1/runners
+    ?include_deleted=true`, say which job each was started for; warm runners were started for none)."""
+    job_of = {runner["id"]: runner["job_id"] for runner in runners if runner.get("job_id") is not None}
+    counts: dict[int, int] = {}
+    for life in lives:
+        job = job_of.get(life["metadata"].get(RUNNER_METADATA))
+        if job is not None:
+            counts[int(job)] = counts.get(int(job), 0) + 1
+    return counts
+
+
+def double_creates(lives: list[Record]) -> int:
+    """Servers created for a runner that already had one: the same create made twice (say, by two replicas,
+    or by a restart that did not see its predecessor's create)."""
+    runners = [life["metadata"].get(RUNNER_METADATA) for life in lives]
+    named = [runner for runner in runners if runner]
+    return len(named) - len(set(named))
