@@ -57,9 +57,10 @@ the next, as a load balancer would (the deliveries in between fail and are redel
 each replica in turn with SIGTERM instead (webhooks moved off it first) and starts it again at once: a
 rolling restart. Two more figures, for every run:
 
-- servers per job: servers created for runners started for a job (corral's runners, listed through the API
-  with the deleted ones, name the job they were started for); the maximum over jobs, held against
-  `max_runners_per_job`;
+- runners per job: the servers a job accounts for: the one that ran it, and those started for it (corral's
+  runners, listed through the API with the deleted ones, name the job each was started for) that ran no job;
+  the maximum over jobs, held against `max_runners_per_job`. A server started for one job that ran another
+  counts for the job it ran;
 - servers created twice for one runner: servers beyond one per `corral-runner` metadata value, a create
   made twice (by two replicas, or by a restart blind to its predecessor's create).
 
@@ -247,19 +248,19 @@ class ChaosResult:
     log_samples: list[str]
     elapsed_s: float
     workdir: Path
-    servers_per_job: dict[int, int]
-    """Per job, servers created for runners started for it."""
+    runners_per_job: dict[int, int]
+    """Per job, the servers it accounts for (`chaos_measures.runners_per_job`)."""
     double_creates: int
     victims: list[tuple[int, list[str]]]
 
     @property
     def runners_per_job_max(self) -> int:
-        return max(self.servers_per_job.values(), default=0)
+        return max(self.runners_per_job.values(), default=0)
 
     @property
     def jobs_over_max_runners_per_job(self) -> list[int]:
         limit = self.options.max_runners_per_job
-        return sorted(job for job, count in self.servers_per_job.items() if count > limit)
+        return sorted(job for job, count in self.runners_per_job.items() if count > limit)
 
     @property
     def max_violations(self) -> int:
@@ -304,7 +305,7 @@ class ChaosResult:
         lines.append(f"queued->started p50 {seconds(self.wait_p50_s)} s, p99 {seconds(self.wait_p99_s)} s")
         over = self.jobs_over_max_runners_per_job
         lines.append(
-            f"servers per job: max {self.runners_per_job_max} (max_runners_per_job "
+            f"runners per job: max {self.runners_per_job_max} (max_runners_per_job "
             f"{self.options.max_runners_per_job}; {len(over)} jobs above {over[:10]}); servers created twice for "
             f"one runner: {self.double_creates}"
         )
@@ -758,7 +759,7 @@ class ChaosRun:
             log_samples=log_samples,
             elapsed_s=time.monotonic() - started,
             workdir=self.workdir,
-            servers_per_job=measures.servers_per_job(lives, runners),
+            runners_per_job=measures.runners_per_job(lives, jobs, runners),
             double_creates=measures.double_creates(lives),
             victims=self.victims,
         )
