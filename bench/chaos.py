@@ -774,7 +774,7 @@ class ChaosRun:
         deliveries: list[dict[str, Any]],
     ) -> list[FaultRow]:
         rows = [
-            kill_row("kill -9 (all)", "*", kills, recoveries, jobs),
+            kill_row("kill -9 (all)" if self.options.stop == "kill" else "SIGTERM (all)", "*", kills, recoveries, jobs),
             kill_row("  plain restart", None, kills, recoveries, jobs),
             kill_row("  restart after Keystone 503s", "keystone", kills, recoveries, jobs),
             kill_row("  restart after Glance 500s", "glance", kills, recoveries, jobs),
