@@ -49,12 +49,28 @@ Definitions of the figures:
   that moment measures the outage's backlog against the pools' maximum more than corral. It is printed
   beside, as "backlog cleared".
 
+With `--replicas N` (PostgreSQL only), N `corral serve` processes share the database, each under its own
+stable name (HOST:PORT). A kill takes one replica (each once per round of N kills, in an order drawn from
+the seed) and keeps it down for one to two lease times by default, so the others take its pools over before
+it comes back and takes its share back. Webhooks go to one live replica: when that one is killed they move to
+the next, as a load balancer would (the deliveries in between fail and are redelivered). `--rolling` stops
+each replica in turn with SIGTERM instead (webhooks moved off it first) and starts it again at once: a
+rolling restart. Two more figures, for every run:
+
+- runners per job: the servers a job accounts for: the one that ran it, and those started for it (corral's
+  runners, listed through the API with the deleted ones, name the job each was started for) that ran no job;
+  the maximum over jobs, held against `max_runners_per_job`. A server started for one job that ran another
+  counts for the job it ran;
+- servers created twice for one runner: servers beyond one per `corral-runner` metadata value, a create
+  made twice (by two replicas, or by a restart blind to its predecessor's create).
+
 Figures are printed, never asserted: the exit status is 0 unless the harness itself failed (2). With
 `--workdir`, corral's config, log (all lives, INFO) and database (SQLite) stay there, with `records.json`:
 the sandbox's jobs, server lifetimes, stats, delivery log and lost events, to chase a finding afterwards.
 
     .venv/bin/python bench/chaos.py [--jobs 1000] [--kills 20] [--seed 0] [--database sqlite|postgresql]
                                     [--duration SECONDS] [--settle SECONDS] [--workdir DIR]
+                                    [--replicas N [--rolling] [--lease-time S] [--downtime MIN MAX]]
 """
 
 from __future__ import annotations
@@ -64,6 +80,7 @@ import contextlib
 import json
 import random
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -144,6 +161,32 @@ class ChaosOptions:
     drain_s: float = 120.0
     workdir: Path | None = None
     """Where the config, database (SQLite) and corral's log go; a temporary folder if None."""
+    replicas: int = 1
+    """`corral serve` processes on one PostgreSQL; each kill takes one of them (each once per round, in an
+    order drawn from the seed) and webhooks go to one live replica, moved on each kill as a load balancer would."""
+    stop: Literal["kill", "term"] = "kill"
+    """"term": a rolling restart instead of kills: SIGTERM (a clean stop) to each replica in turn, started
+    again as soon as it has exited, with no start-up faults; webhooks leave it first, as a draining balancer's."""
+    lease_time_s: float | None = None
+    """corral's `lease_time` (None: its default, 15 s)."""
+    downtime_s: tuple[float, float] | None = None
+    """How long a killed corral stays down, drawn per kill; default 0-2 s, and with replicas one to two lease
+    times, so that the others take its pools before it comes back (a restart within the lease takes them back
+    under its stable name before anyone else may)."""
+    max_runners_per_job: int = 3
+    """corral's default, which the runs keep: the bound the runners-per-job figure is held to."""
+
+    @property
+    def lease_s(self) -> float:
+        return self.lease_time_s if self.lease_time_s is not None else 15.0
+
+    @property
+    def downtime_range(self) -> tuple[float, float]:
+        if self.downtime_s is not None:
+            return self.downtime_s
+        if self.stop == "term":
+            return (0.0, 0.0)
+        return (self.lease_s, 2 * self.lease_s) if self.replicas > 1 else (0.0, 2.0)
 
     @property
     def window_s(self) -> float:
@@ -205,6 +248,19 @@ class ChaosResult:
     log_samples: list[str]
     elapsed_s: float
     workdir: Path
+    runners_per_job: dict[int, int]
+    """Per job, the servers it accounts for (`chaos_measures.runners_per_job`)."""
+    double_creates: int
+    victims: list[tuple[int, list[str]]]
+
+    @property
+    def runners_per_job_max(self) -> int:
+        return max(self.runners_per_job.values(), default=0)
+
+    @property
+    def jobs_over_max_runners_per_job(self) -> list[int]:
+        limit = self.options.max_runners_per_job
+        return sorted(job for job, count in self.runners_per_job.items() if count > limit)
 
     @property
     def max_violations(self) -> int:
@@ -247,6 +303,17 @@ class ChaosResult:
             f"peak live servers/max: {peaks}"
         )
         lines.append(f"queued->started p50 {seconds(self.wait_p50_s)} s, p99 {seconds(self.wait_p99_s)} s")
+        over = self.jobs_over_max_runners_per_job
+        lines.append(
+            f"runners per job: max {self.runners_per_job_max} (max_runners_per_job "
+            f"{self.options.max_runners_per_job}; {len(over)} jobs above {over[:10]}); servers created twice for "
+            f"one runner: {self.double_creates}"
+        )
+        if self.options.replicas > 1:
+            lines.append(
+                f"replicas {self.options.replicas}, lease {self.options.lease_s:g} s; "
+                + ", ".join(f"{replica} holding {'+'.join(pools) or '-'}" for replica, pools in self.victims)
+            )
         lines.append(
             f"leaks: servers {self.leaks.servers}, volumes {self.leaks.volumes}, ports {self.leaks.ports}, "
             f"registrations {self.leaks.registrations}"
@@ -267,7 +334,11 @@ class ChaosResult:
             lines.append(f"corral exited on its own {len(self.unexpected_exits)} times: {self.unexpected_exits}")
         lines.append("corral's log: " + ", ".join(f"{name} {count}" for name, count in self.log_counts.items()))
         lines.extend(f"  {sample}" for sample in self.log_samples)
-        lines.append(f"elapsed {self.elapsed_s:.0f} s; seed {self.options.seed}; database {self.options.database}")
+        how = {"kill": "kill -9", "term": "SIGTERM (rolling)"}[self.options.stop]
+        lines.append(
+            f"elapsed {self.elapsed_s:.0f} s; seed {self.options.seed}; database {self.options.database}; "
+            f"{self.options.replicas} replica(s), stops by {how}"
+        )
         return "\n".join(lines)
 
 
@@ -283,6 +354,22 @@ class Event:
     kind: Literal["kill", "rate_limit", "rate_limit_restore", "pg_terminate"]
     startup_fault: str | None = None
     downtime_s: float = 0.0
+    replica: int = 0
+    """Which replica a kill takes (an index into the run's replicas)."""
+
+
+def victim_order(options: ChaosOptions, rng: random.Random) -> list[int]:
+    """The replica each kill takes: every replica once per round, in an order drawn from the seed (a rolling
+    restart goes in order); one replica draws nothing, so single-replica runs keep their seeds' schedules."""
+    if options.replicas == 1:
+        return [0] * options.kills
+    order: list[int] = []
+    while len(order) < options.kills:
+        round_ = list(range(options.replicas))
+        if options.stop == "kill":
+            rng.shuffle(round_)
+        order.extend(round_)
+    return order[: options.kills]
 
 
 def plan_trace(options: ChaosOptions, rng: random.Random) -> list[dict[str, Any]]:
@@ -307,12 +394,17 @@ def plan_faults(options: ChaosOptions, rng: random.Random) -> list[Event]:
     """Kills one per equal slot of the window (at a random point of its middle), the rest anywhere."""
     window = options.window_s
     events = []
-    startup: list[str | None] = [[None, "keystone", "glance"][i % 3] for i in range(options.kills)]
+    kinds: list[str | None] = [None, "keystone", "glance"] if options.stop == "kill" else [None]
+    startup = [kinds[i % len(kinds)] for i in range(options.kills)]
     rng.shuffle(startup)
     slot = window / max(options.kills, 1)
     for index in range(options.kills):
         at = slot * (index + rng.uniform(0.1, 0.9))
-        events.append(Event(at, "kill", startup_fault=startup[index], downtime_s=rng.uniform(0.0, 2.0)))
+        downtime = rng.uniform(*options.downtime_range)
+        events.append(Event(at, "kill", startup_fault=startup[index], downtime_s=downtime))
+    victims = victim_order(options, rng)
+    for event, replica in zip([e for e in events if e.kind == "kill"], victims, strict=True):
+        event.replica = replica
     for _ in range(options.rate_limit_exhaustions):
         at = rng.uniform(0.2, 0.8) * window
         events.append(Event(at, "rate_limit"))
@@ -356,19 +448,29 @@ class ChaosRun:
         document["github"] = app_github(info)
         # Shorter than the defaults so a run of minutes sees its lost webhooks found and its stale jobs checked.
         document.update(reconcile_interval="1s", stale_job_check="10s", missed_job_scan="5s")
+        if options.lease_time_s is not None:
+            document["lease_time"] = f"{options.lease_time_s:g}s"
         self.config_path = workdir / "corral.yaml"
         write_private(self.config_path, yaml.safe_dump(document))
-        self.corral = CorralProcess(self.config_path, free_port(), info.clouds_yaml, workdir / "corral.log")
-        self.api = httpx.Client(base_url=self.corral.url, timeout=30)
+        if options.replicas > 1 and options.database != "postgresql":
+            raise HarnessError("replicas share one PostgreSQL: --replicas needs --database postgresql")
+        logs = ["corral.log"] if options.replicas == 1 else [f"replica-{i}.log" for i in range(options.replicas)]
+        self.corrals = [CorralProcess(self.config_path, free_port(), info.clouds_yaml, workdir / log) for log in logs]
+        self.target = 0
+        """The replica webhooks go to (the one a load balancer would pick)."""
+        self.api = httpx.Client(timeout=30)
         self.kills: list[tuple[float, float, float, str | None]] = []
+        self.victims: list[tuple[int, list[str]]] = []
+        """Per kill, the replica taken and the pools it held just before."""
         self.rate_limit_windows: list[measures.Window] = []
         self.terminated: list[int] = []
         self.unexpected_exits: list[int] = []
-        self._killing = False
+        self._killing: int | None = None
         self._answering_since = 0.0
 
     def close(self) -> None:
-        self.corral.stop()
+        for corral in self.corrals:
+            corral.stop()
         self.api.close()
         self.control.close()
 
@@ -379,9 +481,11 @@ class ChaosRun:
         self._install_app()
         ports_before = self.control.get("/stats").json()["cloud"]["ports"]
         self.api.headers["Authorization"] = f"Bearer {create_token(self.config_path, 'chaos')}"
-        self.corral.start()
-        self._serving()
-        self.control.put("/webhook", json={"url": f"{self.corral.url}/webhook"}).raise_for_status()
+        for corral in self.corrals:
+            corral.start()
+        for corral in self.corrals:
+            self._serving(corral)
+        self._send_webhooks_to(self.target)
         self._wait(self._warm, 90, "warm runners before the trace")
         self._put_faults(seed=True)
         trace = plan_trace(self.options, self.rng)
@@ -407,14 +511,27 @@ class ChaosRun:
         stats = self.control.get("/stats").json()
         deliveries = self.control.get("/deliveries").json()
         lost = self.control.get("/deliveries/lost").json()
-        self.corral.stop()
+        runners = self._api_json("GET", "/api/v1/runners", include_deleted="true") or []
+        for corral in self.corrals:
+            corral.stop()
         # For a reader chasing a finding: what the sandbox saw, beside corral's log and database.
         records = {"jobs": jobs, "servers": lives, "stats": stats, "deliveries": deliveries, "lost": lost}
-        records["kills"] = self.kills
+        records.update(kills=self.kills, victims=self.victims, runners=runners)
         (self.workdir / "records.json").write_text(json.dumps(records))
-        log_counts, log_samples = scan_log(self.corral.log_path)
+        log_counts, log_samples = scan_logs([corral.log_path for corral in self.corrals])
         return self._result(
-            jobs, lives, stats, deliveries, lost, leaks, stuck_in_corral, run_end, log_counts, log_samples, started
+            jobs,
+            lives,
+            stats,
+            deliveries,
+            lost,
+            leaks,
+            stuck_in_corral,
+            run_end,
+            log_counts,
+            log_samples,
+            started,
+            runners,
         )
 
     def _install_app(self) -> None:
@@ -451,26 +568,53 @@ class ChaosRun:
             self.terminated.append(self._terminate_connections())
 
     def _kill(self, event: Event) -> None:
-        self._serving()
+        victim = self.corrals[event.replica]
+        self._serving(victim)
         # A kill due while corral was still restarting waits a little: back-to-back kills would measure
         # nothing but start-up, and recovery could not be told from the next outage.
         self._until(self._answering_since + MIN_UPTIME_S)
-        self._killing = True
+        self.victims.append((event.replica, self._pools_held_by(victim)))
+        self._killing = event.replica
         try:
-            killed = self.corral.kill()
+            if self.options.stop == "term":
+                self._move_webhooks_off(event.replica)  # a balancer drains a replica before it is stopped
+                killed = victim.terminate()
+            else:
+                killed = victim.kill()
+                self._move_webhooks_off(event.replica)  # and notices a dead one a moment after it died
             time.sleep(event.downtime_s)  # the outage itself, drawn from the seed
             if event.startup_fault:
                 self._put_faults(startup=event.startup_fault)
-            restarted = self.corral.start()
+            restarted = victim.start()
         finally:
-            self._killing = False
-        serving = self._serving()
+            self._killing = None
+        serving = self._serving(victim)
         self._answering_since = time.monotonic()
         self.kills.append((killed, restarted, serving, event.startup_fault))
+        how = "SIGTERM" if self.options.stop == "term" else "kill"
+        which = f" of replica {event.replica}" if len(self.corrals) > 1 else ""
         self.say(
-            f"chaos: kill {len(self.kills)}/{self.options.kills} ({event.startup_fault or 'plain'} restart), "
-            f"answering again after {serving - killed:.1f} s"
+            f"chaos: {how} {len(self.kills)}/{self.options.kills}{which} ({event.startup_fault or 'plain'} "
+            f"restart), answering again after {serving - killed:.1f} s"
         )
+
+    def _send_webhooks_to(self, replica: int) -> None:
+        self.target = replica
+        url = f"{self.corrals[replica].url}/webhook"
+        self.control.put("/webhook", json={"url": url}).raise_for_status()
+
+    def _move_webhooks_off(self, replica: int) -> None:
+        """Webhooks that went to `replica` go to the next one, as a balancer stops sending to a backend that is
+        down or draining."""
+        if len(self.corrals) > 1:
+            self._send_webhooks_to((replica + 1) % len(self.corrals) if self.target == replica else self.target)
+
+    def _pools_held_by(self, corral: CorralProcess) -> list[str]:
+        if len(self.corrals) == 1:
+            return sorted(self.pools)
+        rows = self._api_json("GET", "/api/v1/replicas") or []
+        name = f"{socket.gethostname()}:{corral.port}"
+        return next((sorted(row["pools"]) for row in rows if row["name"] == name), [])
 
     def _terminate_connections(self) -> int:
         name = self.database_url.rsplit("/", 1)[1]
@@ -481,23 +625,24 @@ class ChaosRun:
 
     def _keep_alive(self) -> None:
         """corral ending on its own is a finding: note its status and start it again."""
-        code = self.corral.exit_code
-        if code is None or self._killing:
-            return
-        self.unexpected_exits.append(code)
-        self.say(f"chaos: corral exited on its own with status {code}; starting it again")
-        self.corral.start()
-        self._serving()
+        for index, corral in enumerate(self.corrals):
+            code = corral.exit_code
+            if code is None or self._killing == index:
+                continue
+            self.unexpected_exits.append(code)
+            self.say(f"chaos: corral {index} exited on its own with status {code}; starting it again")
+            corral.start()
+            self._serving(corral)
 
-    def _serving(self) -> float:
+    def _serving(self, corral: CorralProcess) -> float:
         """Wait until corral answers (epoch seconds); a start that ends on its own is noted and tried again."""
         for _ in range(MAX_FAILED_STARTS):
             try:
-                return self.corral.wait_serving()
+                return corral.wait_serving()
             except CorralExited as exc:
                 self.unexpected_exits.append(exc.code)
                 self.say(f"chaos: corral exited with status {exc.code} while starting; starting it again")
-                self.corral.start()
+                corral.start()
         raise HarnessError(f"corral serve failed to start {MAX_FAILED_STARTS} times in a row; see its log")
 
     def _until(self, moment: float) -> None:
@@ -520,9 +665,10 @@ class ChaosRun:
     # -- reading corral and the sandbox --------------------------------------------------------------
 
     def _api_json(self, method: str, path: str, **params: Any) -> Any:
-        """corral's answer, or None while it cannot give one (restarting, its database briefly away)."""
+        """corral's answer, or None while it cannot give one (restarting, its database briefly away). Asked of
+        the replica webhooks go to: any replica answers for all."""
         try:
-            response = self.api.request(method, path, params=params or None)
+            response = self.api.request(method, self.corrals[self.target].url + path, params=params or None)
         except httpx.TransportError:
             return None
         return response.json() if response.status_code < 300 else None
@@ -578,6 +724,7 @@ class ChaosRun:
         log_counts: dict[str, int],
         log_samples: list[str],
         started: float,
+        runners: list[dict[str, Any]],
     ) -> ChaosResult:
         kills = [
             measures.Kill(killed, restarted, serving, fault, deadline)
@@ -612,6 +759,9 @@ class ChaosRun:
             log_samples=log_samples,
             elapsed_s=time.monotonic() - started,
             workdir=self.workdir,
+            runners_per_job=measures.runners_per_job(lives, jobs, runners),
+            double_creates=measures.double_creates(lives),
+            victims=self.victims,
         )
 
     def _fault_rows(
@@ -624,7 +774,7 @@ class ChaosRun:
         deliveries: list[dict[str, Any]],
     ) -> list[FaultRow]:
         rows = [
-            kill_row("kill -9 (all)", "*", kills, recoveries, jobs),
+            kill_row("kill -9 (all)" if self.options.stop == "kill" else "SIGTERM (all)", "*", kills, recoveries, jobs),
             kill_row("  plain restart", None, kills, recoveries, jobs),
             kill_row("  restart after Keystone 503s", "keystone", kills, recoveries, jobs),
             kill_row("  restart after Glance 500s", "glance", kills, recoveries, jobs),
@@ -689,23 +839,29 @@ def kill_row(
     return FaultRow(label, len(chosen), jobs_text(affected), recovery)
 
 
-def scan_log(path: Path) -> tuple[dict[str, int], list[str]]:
-    """How often each pattern of interest appears in corral's log, and a few distinct error lines."""
+def scan_logs(paths: list[Path]) -> tuple[dict[str, int], list[str]]:
+    """How often each pattern of interest appears in corral's logs (one per replica), and a few distinct
+    error lines."""
     counts: Counter[str] = Counter({name: 0 for name in LOG_PATTERNS})
     samples: dict[str, None] = {}
-    with contextlib.suppress(FileNotFoundError), path.open(errors="replace") as log:
-        for line in log:
-            for name, pattern in LOG_PATTERNS.items():
-                if pattern.search(line):
-                    counts[name] += 1
-            if (" ERROR " in line or " WARNING " in line) and len(samples) < 8:
-                # Times, names and ids differ line by line; what is left says what went wrong.
-                text = re.sub(r"^\S+ \S+ ", "", line.strip())
-                for pattern, placeholder in MASKS:
-                    text = pattern.sub(placeholder, text)
-                text = text[:160]
-                samples.setdefault(text, None)
+    for line in log_lines(paths):
+        for name, pattern in LOG_PATTERNS.items():
+            if pattern.search(line):
+                counts[name] += 1
+        if (" ERROR " in line or " WARNING " in line) and len(samples) < 8:
+            # Times, names and ids differ line by line; what is left says what went wrong.
+            text = re.sub(r"^\S+ \S+ ", "", line.strip())
+            for pattern, placeholder in MASKS:
+                text = pattern.sub(placeholder, text)
+            text = text[:160]
+            samples.setdefault(text, None)
     return dict(counts), list(samples)
+
+
+def log_lines(paths: list[Path]) -> Iterator[str]:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError), path.open(errors="replace") as log:
+            yield from log
 
 
 def _quiet(_: str) -> None:
@@ -744,6 +900,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=300.0, help="seconds jobs may take to finish afterwards")
     parser.add_argument("--boot-delay", type=float, default=0.5)
     parser.add_argument("--workdir", type=Path, help="keep corral's config, database and log here")
+    parser.add_argument("--replicas", type=int, default=1, help="corral serve processes on one PostgreSQL")
+    parser.add_argument("--rolling", action="store_true", help="SIGTERM each replica in turn instead of kill -9")
+    parser.add_argument("--lease-time", type=float, help="corral's lease_time in seconds (default 15)")
+    parser.add_argument(
+        "--downtime", type=float, nargs=2, metavar=("MIN", "MAX"), help="seconds a killed corral stays down"
+    )
     args = parser.parse_args()
     options = ChaosOptions(
         jobs=args.jobs,
@@ -754,6 +916,10 @@ def main() -> None:
         settle_s=args.settle,
         boot_delay_s=args.boot_delay,
         workdir=args.workdir,
+        replicas=args.replicas,
+        stop="term" if args.rolling else "kill",
+        lease_time_s=args.lease_time,
+        downtime_s=tuple(args.downtime) if args.downtime else None,
     )
     try:
         result = run_chaos(options, say=lambda text: print(text, file=sys.stderr, flush=True))

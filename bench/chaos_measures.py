@@ -166,3 +166,34 @@ def backlog_s(kill: Kill, jobs: list[Record]) -> float | None:
 def jobs_in(window: Window, jobs: list[Record]) -> list[Record]:
     """Jobs queued while the fault lasted."""
     return [job for job in jobs if window.start_s <= float(job["queued_at_s"]) <= window.end_s]
+
+
+RUNNER_METADATA = "corral-runner"
+"""The metadata key naming a server's runner (corral.cloud.provider.META_RUNNER)."""
+
+
+def runners_per_job(lives: list[Record], jobs: list[Record], runners: list[Record]) -> dict[int, int]:
+    """Per job, the servers it accounts for: the one that ran it, and those started for it (corral's runners,
+    `GET /api/v1/runners?include_deleted=true`, name the job each was started for) that ran no job at all.
+
+    A server started for one job that ran another (GitHub hands a new runner the oldest queued job) is that
+    other job's: in a backlog every runner is started for a younger job than the one it takes, and counting
+    it for the job it was started for would charge one job with the runners of several."""
+    ran = {job["runner_name"]: int(job["id"]) for job in jobs if job.get("runner_name")}
+    started_for = {runner["id"]: runner["job_id"] for runner in runners if runner.get("job_id") is not None}
+    counts: dict[int, int] = {}
+    for life in lives:
+        job = ran.get(life["name"])
+        if job is None:
+            job = started_for.get(life["metadata"].get(RUNNER_METADATA))
+        if job is not None:
+            counts[int(job)] = counts.get(int(job), 0) + 1
+    return counts
+
+
+def double_creates(lives: list[Record]) -> int:
+    """Servers created for a runner that already had one: the same create made twice (say, by two replicas,
+    or by a restart that did not see its predecessor's create)."""
+    runners = [life["metadata"].get(RUNNER_METADATA) for life in lives]
+    named = [runner for runner in runners if runner]
+    return len(named) - len(set(named))

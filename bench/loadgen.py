@@ -57,3 +57,17 @@ async def post_all(url: str, requests: Sequence[bytes], concurrency: int) -> Cou
 
     await asyncio.gather(*(connection() for _ in range(concurrency)))
     return statuses
+
+
+async def post_round_robin(urls: Sequence[str], requests: Sequence[bytes], concurrency: int) -> Counter[int]:
+    """Request i to `urls[i mod n]`, as a round-robin balancer would, each URL with its share of the
+    `concurrency` connections; count statuses over all."""
+    count = len(urls)
+    shares = [concurrency // count + (1 if index < concurrency % count else 0) for index in range(count)]
+    answers = await asyncio.gather(
+        *(
+            post_all(url, requests[index::count], max(share, 1))
+            for index, (url, share) in enumerate(zip(urls, shares, strict=True))
+        )
+    )
+    return sum(answers, Counter())

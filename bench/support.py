@@ -169,6 +169,15 @@ class CorralProcess:
         self._process.wait(timeout=30)
         return killed
 
+    def terminate(self, timeout: float = 60.0) -> float:
+        """SIGTERM, a clean stop (its log stays open for the next life); returns when it was sent (epoch
+        seconds), once the process has exited."""
+        assert self._process is not None
+        stopped = time.time()
+        self._process.terminate()
+        self._process.wait(timeout=timeout)
+        return stopped
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()

@@ -107,7 +107,9 @@ class RunnerJudge:
 
     def _learn(self, transition: Transition) -> None:
         """What a runner's move says about its pool's way from intent to runner: back off, or carry on."""
-        if transition.reason is Reason.CAME_ONLINE:
+        # Came online: seen idle, or (in a busy pool, where a runner takes a job as it registers) seen busy or
+        # done from booting, which is when `_transition` sets its `registered_at`.
+        if transition.reason is Reason.CAME_ONLINE or transition.registered_at is not None:
             self.creator.came_online(transition.runner.pool)
         elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
             self.creator.booting_failed(transition.runner, transition.reason, transition.message)
