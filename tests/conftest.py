@@ -54,6 +54,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_e2e(item):
             item.add_marker(pytest.mark.e2e)
+    # The long runs first: under `-n 4` they then overlap everything else instead of ending the run alone.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ from the outside, such as a runner started for a job whose `in_progress` webhook
 runner had already taken it. Measured: 0-2 in runs of this size."""
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_no_job_is_lost_while_corral_is_killed_and_the_world_misbehaves(database: str, tmp_path: Path) -> None:
