@@ -60,7 +60,13 @@ def faulty(live: LiveCloud, nova_endpoint: tuple[TcpProxy, str]) -> Iterator[Fau
 
 @pytest.fixture(scope="module")
 def one_server(live: LiveCloud, faulty: Faulty) -> CloudServer:
-    return faulty.provider.create_server(live.spec("steady", installation=faulty.provider.installation))
+    """A server of the faulty provider's installation, created beside the proxy with the default timeout: a
+    busy Nova can take longer than TIMEOUT_S to answer a create (seen: 4.8 s), and this is only the setup."""
+    steady = live.new_provider(faulty.provider.installation)
+    try:
+        return steady.create_server(live.spec("steady", installation=faulty.provider.installation))
+    finally:
+        steady.close()
 
 
 @pytest.mark.parametrize("fault", ["drop", "503"])
