@@ -490,12 +490,12 @@ class Engine:
         """Pool -> the replica acting for it (on SQLite, this one for every pool)."""
         if not self.leases.enabled:
             return dict.fromkeys(set(self.config.pools) | self.workers.keys, self.leases.replica)
-        return await self.store.run(leases.holders)
+        return {row.pool: row.holder for row in await self.store.run(leases.leases) if row.valid}
 
     async def membership(self) -> tuple[list[leases.ReplicaRow], list[leases.LeaseRow]]:
         """The replicas on this database and the leases (on SQLite: this process, holding every pool)."""
         if self.leases.enabled:
-            return await self.store.run(leases.all_replicas), await self.store.run(leases.leases)
+            return await self.store.run(leases.replicas), await self.store.run(leases.leases)
         now = utcnow()
         me = leases.ReplicaRow(self.leases.replica, __version__, os.getpid(), self.started_at, now)
         held = [leases.LeaseRow(pool, me.id, 0, self.started_at, now, True) for pool in await self.holders()]

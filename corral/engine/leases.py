@@ -110,7 +110,7 @@ class LeaseKeeper:
                 f"another live process (pid {twin}) calls itself replica {self.replica!r}: give each replica its "
                 "own replica_name, or they take each other's pools in turn",
             )
-        live = sorted({row.id for row in await self.store.run(leases.live_replicas, ttl)} | {self.replica})
+        live = sorted({row.id for row in await self.store.run(leases.replicas, ttl)} | {self.replica})
         lost = self._forget(set(self.held) - await self.store.run(leases.renew, list(self.held.values()), ttl))
         for pool in lost:
             LEASE_LOSSES.labels(pool).inc()

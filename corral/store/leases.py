@@ -78,22 +78,12 @@ def heartbeat(connection: Connection, replica: str, version: str, pid: int) -> i
     return None
 
 
-def live_replicas(connection: Connection, within: timedelta) -> list[ReplicaRow]:
-    """Replicas seen within `within` (the lease time), oldest first."""
-    rows = connection.execute(
-        select(REPLICAS.c.id, REPLICAS.c.version, REPLICAS.c.pid, REPLICAS.c.started_at, REPLICAS.c.last_seen)
-        .where(REPLICAS.c.last_seen > func.now() - within)
-        .order_by(REPLICAS.c.started_at, REPLICAS.c.id)
-    )
-    return [ReplicaRow(*row) for row in rows]
-
-
-def all_replicas(connection: Connection) -> list[ReplicaRow]:
-    rows = connection.execute(
-        select(REPLICAS.c.id, REPLICAS.c.version, REPLICAS.c.pid, REPLICAS.c.started_at, REPLICAS.c.last_seen).order_by(
-            REPLICAS.c.started_at, REPLICAS.c.id
-        )
-    )
+def replicas(connection: Connection, seen_within: timedelta | None = None) -> list[ReplicaRow]:
+    """Replicas, oldest first; with `seen_within` (the lease time), only those seen that recently."""
+    query = select(REPLICAS.c.id, REPLICAS.c.version, REPLICAS.c.pid, REPLICAS.c.started_at, REPLICAS.c.last_seen)
+    if seen_within is not None:
+        query = query.where(REPLICAS.c.last_seen > func.now() - seen_within)
+    rows = connection.execute(query.order_by(REPLICAS.c.started_at, REPLICAS.c.id))
     return [ReplicaRow(*row) for row in rows]
 
 
@@ -199,11 +189,3 @@ def notify_wake(connection: Connection, pools: Iterable[str]) -> None:
     """Ask the owners of these pools (on whichever replica) to run a pass now; delivered at commit."""
     for pool in sorted(set(pools)):
         connection.execute(text("SELECT pg_notify(:channel, :pool)"), {"channel": WAKE_CHANNEL, "pool": pool})
-
-
-def holders(connection: Connection) -> dict[str, str]:
-    """Pool -> the replica holding its lease, for the leases that have not expired."""
-    rows = connection.execute(
-        select(POOL_LEASES.c.pool, POOL_LEASES.c.holder).where(POOL_LEASES.c.expires_at > func.now())
-    )
-    return {pool: holder for pool, holder in rows}
