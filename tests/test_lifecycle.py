@@ -124,7 +124,8 @@ def test_adding_and_removing_pools(
     assert corral.reload(document) == []
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2, "big": 2}, "big pool added")
 
-    busy = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 3}).json()
+    # Long enough that its runner is still busy when the idle ones have gone, even on a loaded machine.
+    busy = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 15}).json()
     converge(corral, lambda: job_status(control, busy["id"])["status"] == "in_progress", "small runner busy")
     del document["pools"]["small"]
     assert corral.reload(document) == []
