@@ -7,7 +7,7 @@ delay), each under its stable name (HOST:PORT). Printed, never asserted:
   another replica, and at once one job is queued on each pool the killed replica held. Failover time is from
   the kill to the first server the sandbox saw created for the pool named in turn (the new owner's first
   create; the job can be served no sooner). The killed replica is then started again and the run waits until
-  every pool is back with its rendezvous owner before the next kill. p50 and max, for each `--lease-times`
+  every pool is back with its owner by `spread` before the next kill. p50 and max, for each `--lease-times`
   (corral's default 15 s, and its minimum 3 s). Beside it, `corral_lease_failover_seconds` as the replicas
   observed it (from the lease's expiry to another replica acquiring it, mean per kill): the rest of the
   failover time is the lease running out after the kill, and the first pass after the takeover.
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.loadgen import post_round_robin
 from bench.reactive import cpu_s, signed_deliveries
 from bench.support import CorralProcess, create_token, free_port, start_sandbox, stop
-from corral.engine.leases import HOUSEKEEPING, rendezvous
+from corral.engine.leases import HOUSEKEEPING, spread
 from corral.files import write_private
 from corral.local import corral_config, pool_spec
 from corral.sandbox.server import SandboxInfo
@@ -91,9 +91,9 @@ class Group:
         return {pool: row["name"] for row in rows for pool in row["pools"]}
 
     def settled(self, via: CorralProcess) -> bool:
-        """Every pool (and housekeeping) held by its rendezvous owner among all replicas."""
+        """Every pool (and housekeeping) held by its owner by `spread` among all replicas."""
         names = [self.name(process) for process in self.processes]
-        expected = {pool: rendezvous(pool, names) for pool in (*POOLS, HOUSEKEEPING)}
+        expected = spread((*POOLS, HOUSEKEEPING), names)
         return self.holders(via) == expected
 
     def failover_sum_count(self) -> tuple[float, int]:
@@ -207,7 +207,7 @@ def one_failover(
     )
     victim.start()
     victim.wait_serving()
-    wait_for(lambda: group.settled(others[0]), 120, "every pool back with its rendezvous owner")
+    wait_for(lambda: group.settled(others[0]), 120, "every pool back with its owner by `spread`")
     return created - killed, metric
 
 

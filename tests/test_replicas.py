@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from bench.support import CorralProcess, free_port
-from corral.engine.leases import HOUSEKEEPING, rendezvous
+from corral.engine.leases import HOUSEKEEPING, spread
 from corral.files import write_private
 from corral.local import corral_config, pool_spec
 from corral.sandbox.server import Sandbox
@@ -89,7 +89,7 @@ class Replicas:
 
     def expected(self, live: list[CorralProcess]) -> dict[str, str]:
         names = [self.name(process) for process in live]
-        return {pool: rendezvous(pool, names) or "" for pool in (*POOLS, HOUSEKEEPING)}
+        return spread((*POOLS, HOUSEKEEPING), names)
 
     def token(self, scope: str = "read") -> str:
         """An API token, in the database every replica shares."""
@@ -240,12 +240,26 @@ def test_an_operator_acting_on_any_replica_reaches_the_pools_owner(
 
         first = wait_until(warm_runner, timeout=30, what="the warm pool's runner")
         answer = api.delete(f"/api/v1/runners/{first['id']}")
-        expected = "forwarded" if warm_owner != replicas.name(elsewhere) else "deleting"
-        assert (answer.status_code, answer.json()["outcome"]) == (202, expected)
+        # Whichever replica holds the pool, the answer is what the owner did, not "passed on".
+        assert (answer.status_code, answer.json()["outcome"]) == (202, "deleting")
         wait_until(
             lambda: (r := warm_runner()) is not None and r["id"] != first["id"],
             timeout=30,
             what="the deleted runner replaced by its pool's owner",
+        )
+        # A reload asked of one replica reaches every replica (each re-reads its own file).
+        replicas.pool_settings[warm] = {"min_idle": 2}
+        replicas.write_config()
+        reloaded = api.post("/api/v1/reload")
+        assert reloaded.status_code == 200, reloaded.text
+        assert reloaded.json()["replicas"] == {replicas.name(owner): "reloaded"}
+
+        def starting_or_idle() -> int:
+            runners = api.get("/api/v1/runners", params={"pool": warm}).json()
+            return sum(runner["state"] in ("pending", "creating", "booting", "idle") for runner in runners)
+
+        wait_until(
+            lambda: starting_or_idle() == 2, timeout=30, what=f"the warm pool grown to 2 by its owner ({warm_owner})"
         )
 
 

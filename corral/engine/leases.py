@@ -1,9 +1,9 @@
 """Which pools this replica acts for: leases on PostgreSQL, every pool on SQLite.
 
 Every `lease_time / 3` the keeper says this replica is alive, renews the leases it holds, and takes the
-pools that are free and fall to it. Pools are spread by rendezvous hashing over the live replicas (each
-pool goes to the replica whose hash with it is highest): every replica computes the same answer from the
-same list, and a replica joining or leaving moves only the pools that hash to it. A replica holding a pool
+pools that are free and fall to it. Pools are spread by rendezvous hashing with bounded load over the live
+replicas (`spread`): every replica computes the same answer from the same lists, each gets its share, and
+a replica joining or leaving moves few pools. A replica holding a pool
 that now falls to another lets it go once no create or delete of that pool is under way, so a scale-out
 never cuts an action short; a replica that stops renewing (killed, paused, partitioned) loses its pools
 when their leases expire and the others take them.
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from corral import __version__
@@ -36,13 +37,30 @@ HOUSEKEEPING = "~housekeeping"
 deleting servers of pools no replica configures. `~` cannot start a pool name."""
 
 
-def rendezvous(pool: str, replicas: list[str]) -> str | None:
-    """The replica `pool` falls to among `replicas` (highest hash of the pair wins); None if there are none."""
+def spread(pools: Iterable[str], replicas: Iterable[str]) -> dict[str, str]:
+    """Which replica each pool falls to: rendezvous hashing with bounded load.
 
-    def weight(replica: str) -> bytes:
-        return hashlib.blake2b(f"{pool}\0{replica}".encode(), digest_size=8).digest()
+    Each pool prefers the replicas in the order of their hash with it (highest first) and goes to the first
+    that has fewer than its share, ceil(pools / replicas): so every replica gets a share (plain rendezvous
+    can leave one with nothing while another holds three), and a replica joining or leaving moves few pools.
+    Pools are placed in name order, so every replica computes the same answer from the same lists.
+    """
+    names = sorted(set(replicas))
+    wanted = sorted(set(pools))
+    if not names:
+        return {}
+    share = math.ceil(len(wanted) / len(names))
+    load = dict.fromkeys(names, 0)
+    owners: dict[str, str] = {}
+    for pool in wanted:
 
-    return max(replicas, key=weight, default=None)
+        def weight(replica: str, pool: str = pool) -> bytes:
+            return hashlib.blake2b(f"{pool}\0{replica}".encode(), digest_size=8).digest()
+
+        owner = next(replica for replica in sorted(names, key=weight, reverse=True) if load[replica] < share)
+        owners[pool] = owner
+        load[owner] += 1
+    return owners
 
 
 class LeaseKeeper:
@@ -69,6 +87,7 @@ class LeaseKeeper:
         self._log_once = log_once
         self._clock = clock
         self._free_since: dict[str, float] = {}
+        self._beaten = False
 
     @property
     def renew_every_s(self) -> float:
@@ -103,8 +122,11 @@ class LeaseKeeper:
             await self.leave()
             return set(), lost
         ttl = timedelta(seconds=self.lease_s)
-        twin = await self.store.run(leases.heartbeat, self.replica, __version__, os.getpid())
-        if twin is not None:
+        twin = await self.store.run(leases.heartbeat, self.replica, __version__, os.getpid(), ttl)
+        # At the first heartbeat another pid under this name is most likely this replica before a kill -9 and
+        # restart; after that, it can only be a second live process that wrote since this one last did.
+        first_beat, self._beaten = not self._beaten, True
+        if twin is not None and not first_beat:
             self._log_once.warning(
                 "replica-twin",
                 f"another live process (pid {twin}) calls itself replica {self.replica!r}: give each replica its "
@@ -116,12 +138,14 @@ class LeaseKeeper:
             LEASE_LOSSES.labels(pool).inc()
             logger.warning("pool %s: lease lost (not renewed in time); another replica acts for it now", pool)
         current = {row.pool: row for row in await self.store.run(leases.leases)}
+        # Spread what anybody wants now: the pools this replica wants and those another one holds.
+        owners = spread(self.wanted | {pool for pool, row in current.items() if row.valid}, live)
         gained: set[str] = set()
         for pool in sorted(self.wanted - set(self.held)):
             row = current.get(pool)
             if row is not None and row.valid and row.holder != self.replica:
                 continue
-            if rendezvous(pool, live) != self.replica and not self._unclaimed_too_long(pool):
+            if owners.get(pool) != self.replica and not self._unclaimed_too_long(pool):
                 continue
             taken = await self.store.run(leases.acquire, pool, self.replica, ttl)
             if taken is None:
@@ -137,7 +161,7 @@ class LeaseKeeper:
         handed = {
             pool
             for pool in self.held
-            if (pool not in self.wanted or rendezvous(pool, live) != self.replica) and not self._busy(pool)
+            if (pool not in self.wanted or owners.get(pool) != self.replica) and not self._busy(pool)
         }
         if handed:
             await self.store.run(leases.release, [self.held[pool] for pool in handed])

@@ -58,11 +58,12 @@ class LeaseRow:
     valid: bool
 
 
-def heartbeat(connection: Connection, replica: str, version: str, pid: int) -> int | None:
-    """Say this replica is alive; returns the pid of another live process under the same name, if any (two
-    replicas sharing a name would take each other's pools in turn: the caller says so loudly)."""
+def heartbeat(connection: Connection, replica: str, version: str, pid: int, live_within: timedelta) -> int | None:
+    """Say this replica is alive; returns the pid of another process under the same name that said so within
+    `live_within` (the lease time), if any: two replicas sharing a name would take each other's pools in
+    turn, and the caller says so loudly."""
     previous = connection.execute(
-        select(REPLICAS.c.pid, REPLICAS.c.last_seen > func.now() - timedelta(seconds=30))
+        select(REPLICAS.c.pid, REPLICAS.c.last_seen > func.now() - live_within)
         .where(REPLICAS.c.id == replica)
         .with_for_update()
     ).first()
