@@ -302,7 +302,7 @@ class IntakeResult:
 
 @dataclass(frozen=True, slots=True)
 class PoolStatus:
-    """What the engine last published about a pool, and whether an operator drained it."""
+    """What the engine last published about a pool, whether an operator drained it, and its create backoff."""
 
     name: str
     applied_generation: int
@@ -311,3 +311,5 @@ class PoolStatus:
     removed: bool
     drained: bool
     updated_at: datetime
+    create_failures: int = 0
+    create_paused_until: datetime | None = None

@@ -64,6 +64,7 @@ class Service:
         self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
+        self.engine.reload_config = self.reload
 
     @classmethod
     def from_file(cls, path: Path, *, cloud: CloudProvider | None = None, replica: str | None = None) -> Service:

@@ -117,5 +117,14 @@ def test_client_commands_talk_to_a_running_corral(
         assert json.loads(capsys.readouterr().out)["reason"] == "drained by an operator"
         with pytest.raises(SystemExit, match="wants a token"):
             main(["pools", "--url", corral.url])
+        document["pools"]["small"]["min_idle"] = 2
+        corral.write_config(document)
+        assert main(["reload", *remote]) == 0
+        assert capsys.readouterr().out.startswith("this replica: reloaded, generation 2")
+        document["pools"]["small"]["max_runners"] = -1
+        corral.write_config(document)
+        assert main(["reload", *remote]) == 1, "a refused reload is a failed command"
+        out = capsys.readouterr().out
+        assert out.startswith("this replica: refused") and "pools.small.max_runners" in out
     finally:
         corral.stop()

@@ -9,6 +9,7 @@ when the run's settle time ran out.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import cast
 
@@ -31,10 +32,10 @@ class Learned:
         self.online: list[str] = []
         self.failed: list[str] = []
 
-    def came_online(self, pool: str) -> None:
+    async def came_online(self, pool: str) -> None:
         self.online.append(pool)
 
-    def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
+    async def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
         self.failed.append(runner.pool)
 
 
@@ -76,5 +77,5 @@ def test_a_runner_seen_online_for_the_first_time_ends_its_pools_backoff(verdict:
     )
     runner = booting_runner()
     transition = judge._transition(runner, RunnerAndJob(runner, 7, None), verdict)
-    judge._learn(transition)
+    asyncio.run(judge._learn(transition))
     assert learned.online == ["small"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +14,8 @@ import psycopg
 import pytest
 
 from corral.clock import utcnow
+from corral.engine.backoff import LogOnce
+from corral.engine.pauses import PoolPauses
 from corral.model import (
     Delivery,
     DeliveryOutcome,
@@ -24,7 +28,7 @@ from corral.model import (
     RunnerState,
     Transition,
 )
-from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, leases, pools, retention, runners
+from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, leases, pools, redeliveries, retention, runners
 from corral.store.runners import NewRunner
 from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url, sqlite_url
 
@@ -326,3 +330,45 @@ def test_a_write_under_a_stale_fence_is_refused_and_writes_nothing() -> None:
         assert store.run_blocking(leases.renew, [second[0]], timedelta(seconds=30)) == {"small"}
         assert [r.state for r in store.run_blocking(runners.listing)] == [RunnerState.PENDING]
         store.close()
+
+
+def test_a_pools_create_backoff_outlives_its_holder(store: Store) -> None:
+    """The replica that takes a pool over (or corral restarting) backs off as the former holder did."""
+    log_once = LogOnce(logging.getLogger("test"))
+
+    now = [0.0]
+
+    async def fail_three_times() -> float:
+        """Three failures in a row, each after the last pause ended: each pause twice the last."""
+        holder = PoolPauses(store, log_once, lambda: now[0])
+        assert await holder.failed("small") == 1.0
+        now[0] += 1.5
+        assert await holder.failed("small") == 2.0
+        now[0] += 2.5
+        return await holder.failed("small")
+
+    paused = asyncio.run(fail_three_times())
+    assert paused == 4.0
+    statuses = store.run_blocking(pools.statuses)
+    successor = PoolPauses(store, log_once, time.monotonic)
+    successor.restore(statuses, {"small"}.__contains__)
+    assert successor.failures("small") == 3
+    assert 0 < successor.remaining_s("small") <= paused
+    assert asyncio.run(successor.succeeded("small"))
+    fresh = PoolPauses(store, log_once, time.monotonic)
+    fresh.restore(store.run_blocking(pools.statuses), {"small"}.__contains__)
+    assert (fresh.failures("small"), fresh.remaining_s("small")) == (0, 0.0)
+
+
+def test_redelivery_requests_are_counted_for_every_replica_and_pruned(store: Store) -> None:
+    store.run_blocking(redeliveries.asked, "guid-1")
+    store.run_blocking(redeliveries.asked, "guid-1")
+    store.run_blocking(redeliveries.asked, "guid-2")
+    other = Store(store.url)
+    try:
+        assert other.run_blocking(redeliveries.attempts, ["guid-1", "guid-2", "guid-3"]) == {"guid-1": 2, "guid-2": 1}
+    finally:
+        other.close()
+    later = utcnow() + timedelta(days=1)
+    assert store.run_blocking(retention.prune_batch, older_than=later, batch=10) == 2
+    assert store.run_blocking(redeliveries.attempts, ["guid-1", "guid-2"]) == {}

@@ -138,7 +138,10 @@ def build_app(service: Service) -> FastAPI:
         problems = await service.reload()
         if problems:
             response.status_code = 422
-        return ReloadResult(reloaded=not problems, generation=service.engine.generation, problems=problems)
+            return ReloadResult(reloaded=False, generation=service.engine.generation, problems=problems)
+        # A file this replica refused is not asked of the others: it is most likely the same broken deploy.
+        others = await service.engine.ask_replicas_to_reload()
+        return ReloadResult(reloaded=True, generation=service.engine.generation, replicas=others)
 
     @app.post("/api/v1/reconcile", status_code=202, tags=["actions"], dependencies=admin)
     async def reconcile() -> dict[str, bool]:

@@ -216,5 +216,9 @@ class JobView(BaseModel):
 
 class ReloadResult(BaseModel):
     reloaded: bool
+    """Whether this replica took the file (`problems` says why not)."""
     generation: int
     problems: list[str] = []
+    replicas: dict[str, str] = {}
+    """The other live replicas (PostgreSQL), each asked to reload its own file: `reloaded`, `refused` (its log
+    says why) or `no answer`."""

@@ -1,4 +1,5 @@
-"""Commands that talk to a running corral through its API: pools, runners, jobs, replicas, drain, reconcile.
+"""Commands that talk to a running corral through its API: pools, runners, jobs, replicas, drain, reconcile,
+reload.
 
 URL and token come from `--url`/`--token` or `CORRAL_URL`/`CORRAL_TOKEN`; output is a table, or JSON
 with `--json`.
@@ -58,8 +59,15 @@ def add_parsers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]
     _common(reconcile)
     reconcile.set_defaults(handler=_reconcile)
 
+    reload = subcommands.add_parser(
+        "reload", help="re-read the config file, on this replica and on every other one, each its own (API)"
+    )
+    _common(reload)
+    reload.set_defaults(handler=_reload)
 
-def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+
+def _request(args: argparse.Namespace, method: str, path: str, *, answers: tuple[int, ...] = (), **kwargs: Any) -> Any:
+    """The JSON answer; an HTTP error (other than the `answers` expected) ends the command with its detail."""
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     try:
         response = httpx.request(method, f"{args.url.rstrip('/')}{path}", headers=headers, timeout=15, **kwargs)
@@ -67,7 +75,7 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
         raise SystemExit(f"corral: cannot reach {args.url}: {type(exc).__name__}") from None
     if response.status_code == 401:
         raise SystemExit("corral: the API wants a token: --token or CORRAL_TOKEN (create one: corral token create)")
-    if response.status_code >= 400:
+    if response.status_code >= 400 and response.status_code not in answers:
         detail = response.json().get("detail") if "json" in response.headers.get("content-type", "") else None
         raise SystemExit(f"corral: {method} {path}: HTTP {response.status_code}: {detail or response.text[:200]}")
     return response.json()
@@ -115,3 +123,18 @@ def _reconcile(args: argparse.Namespace) -> int:
     _request(args, "POST", "/api/v1/reconcile")
     print("reconcile requested", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _reload(args: argparse.Namespace) -> int:
+    result = _request(args, "POST", "/api/v1/reload", answers=(422,))
+    if args.json:
+        print(emit(result, [], True))
+    else:
+        print(
+            f"this replica: {'reloaded, generation ' + str(result['generation']) if result['reloaded'] else 'refused'}"
+        )
+        for problem in result["problems"]:
+            print(f"  {problem}")
+        for replica, outcome in result.get("replicas", {}).items():
+            print(f"{replica}: {outcome}")
+    return 0 if result["reloaded"] and all(v == "reloaded" for v in result.get("replicas", {}).values()) else 1

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -39,6 +40,7 @@ from corral import __version__
 from corral.clock import utcnow
 from corral.cloud.provider import CloudProvider
 from corral.config import CorralConfig
+from corral.engine import messages
 from corral.engine.backoff import Backoff, LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.cleaner import Cleaner
@@ -46,7 +48,9 @@ from corral.engine.creator import Creator, server_spec
 from corral.engine.jobs import JobTracker
 from corral.engine.judge import RunnerJudge
 from corral.engine.leases import HOUSEKEEPING, LeaseKeeper
+from corral.engine.messages import Answers
 from corral.engine.observe import Observation, Observer, observe
+from corral.engine.pauses import PoolPauses
 from corral.engine.scaler import Scaler
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
@@ -59,6 +63,7 @@ from corral.model import (
     IntakeResult,
     JobState,
     Reason,
+    Runner,
     RunnerState,
 )
 from corral.store import Store, jobs, leases, pools, retention, runners
@@ -69,12 +74,8 @@ from corral.userdata import load_template
 logger = logging.getLogger("corral.engine")
 
 RETENTION_EVERY_S = 3600.0
-DRAIN_CHANGED = "~drained"
-"""The wake payload that tells other replicas an operator drained or undrained a pool they may hold."""
-LOOK_NOW = "~look"
-"""The wake payload that asks every replica for a fresh look at the far ends (an operator's reconcile)."""
-DELETE_PREFIX = "~delete:"
-"""The wake payload that passes an operator's delete of a runner on to the replica holding its pool."""
+ANSWER_WAIT_S = 5.0
+"""How long a request passed on to other replicas (a delete, a reload) waits for their answers."""
 SHUTDOWN_WAIT_S = 60.0
 """How long a stopping corral waits for creates and deletes under way (what it abandons, the next start finds)."""
 
@@ -88,7 +89,8 @@ class DeleteOutcome(StrEnum):
     GONE = "gone"
     MISSING = "missing"
     FORWARDED = "forwarded"
-    """Its pool is held by another replica: the request was passed on to it (PostgreSQL NOTIFY)."""
+    """Its pool is held by another replica: the request was passed on to it (PostgreSQL NOTIFY), which did
+    not answer within ANSWER_WAIT_S (when it does, its own outcome is the answer)."""
 
 
 class Engine:
@@ -129,8 +131,8 @@ class Engine:
             cloud,
             github,
             self.checker,
+            PoolPauses(store, self.log_once, clock),
             self.log_once,
-            clock,
             max_concurrent_creates=config.cloud.max_concurrent_creates,
             jit_concurrency=config.tuning.jit_concurrency,
         )
@@ -160,6 +162,9 @@ class Engine:
         self._deleting: dict[str, int] = {}
         """Runners being deleted per pool, as of that pass."""
         self._notices = 0
+        self._answers = Answers()
+        self.reload_config: Callable[[], Awaitable[list[str]]] | None = None
+        """Re-reads this replica's config file (set by the service): what another replica's reload asks for."""
         self.started_at = utcnow()
         self.passes = 0
         """Looks at both far ends completed (each followed by a pass of every pool)."""
@@ -173,7 +178,9 @@ class Engine:
         """Serve until `stop` is set, then wait for actions under way."""
         await self._start_workers(stop)
         if self.leases.enabled:
-            self._wakes = WakeListener(self.store.url, asyncio.get_running_loop(), self._remote_wake)
+            self._wakes = WakeListener(
+                self.store.url, asyncio.get_running_loop(), self._remote_wake, self.observer.refresh
+            )
             self._wakes.start()
         self._loops = [
             asyncio.create_task(
@@ -217,6 +224,7 @@ class Engine:
             try:
                 statuses = await self.store.run(pools.statuses)
                 self.drained = {name for name, status in statuses.items() if status.drained}
+                self.creator.pauses.restore(statuses, self.leases.holds)
                 await self._sync_workers()
                 await self._lease_tick()
                 return
@@ -277,30 +285,68 @@ class Engine:
         if not gained and not lost:
             return
         if gained:
-            # A pool taken over may have been drained or undrained on its former owner.
+            # A pool taken over may have been drained or undrained on its former owner, and backing off.
             statuses = await self.store.run(pools.statuses)
             self.drained = {name for name, status in statuses.items() if status.drained}
+            self.creator.pauses.restore(statuses, gained.__contains__)
         await self._sync_workers()
         for pool in gained:
             self.workers.wake(pool)
 
     def _remote_wake(self, payload: str) -> None:
-        """A wake from another replica (PostgreSQL NOTIFY): a pool's name, or `drained` after a drain."""
-        if payload == DRAIN_CHANGED:
+        """A message from another replica (PostgreSQL NOTIFY, `engine.messages`): mostly a pool's name."""
+        if not payload.startswith("~"):
+            if self.leases.holds(payload):
+                self.workers.wake(payload)
+        elif payload == messages.DRAIN_CHANGED:
             self.supervisor.start(ActionKind.LEASES, "drain-changed", self._reload_drained())
-        elif payload == LOOK_NOW:
+        elif payload == messages.LOOK_NOW:
             self.observer.refresh()
-        elif payload.startswith(DELETE_PREFIX):
-            runner_id = payload.removeprefix(DELETE_PREFIX)
+        elif payload.startswith(messages.DELETE):
+            runner_id = payload.removeprefix(messages.DELETE)
             self.supervisor.start(ActionKind.LEASES, payload, self._forwarded_delete(runner_id))
-        elif self.leases.holds(payload):
-            self.workers.wake(payload)
+        elif payload.startswith(messages.DELETED):
+            runner_id, _, outcome = payload.removeprefix(messages.DELETED).partition(":")
+            self._answers.answer(messages.DELETE + runner_id, outcome)
+        elif payload.startswith(messages.RELOAD):
+            key, _, sender = payload.removeprefix(messages.RELOAD).partition(":")
+            if sender != self.leases.replica:
+                self.supervisor.start(ActionKind.LEASES, payload, self._reload_asked(key))
+        elif payload.startswith(messages.RELOADED):
+            key, _, answer = payload.removeprefix(messages.RELOADED).partition(":")
+            self._answers.answer(messages.RELOAD + key, answer)
 
     async def _forwarded_delete(self, runner_id: str) -> None:
         runner = await self.store.run(runners.get, runner_id)
         if runner is not None and self.leases.holds(runner.pool):
             outcome = await self.delete_runner(runner_id)
             logger.info("runner %s: delete passed on by another replica: %s", runner.name, outcome.value)
+            self._notify({f"{messages.DELETED}{runner_id}:{outcome.value}"})
+
+    async def _reload_asked(self, key: str) -> None:
+        """Another replica's operator asked for a reload: re-read this replica's own file and say how it went."""
+        problems = await self.reload_config() if self.reload_config else ["no config file to reload"]
+        outcome = "refused" if problems else "reloaded"
+        self._notify({f"{messages.RELOADED}{key}:{self.leases.replica}:{outcome}"})
+
+    async def ask_replicas_to_reload(self) -> dict[str, str]:
+        """Ask every other live replica to reload its own config file: replica -> `reloaded`, `refused` (its
+        log says why) or `no answer` (within ANSWER_WAIT_S). Nothing to ask on SQLite."""
+        if not self.leases.enabled:
+            return {}
+        live = await self.store.run(leases.replicas, timedelta(seconds=self.config.lease_time))
+        others = {row.id for row in live} - {self.leases.replica}
+        if not others:
+            return {}
+        key = secrets.token_hex(6)
+        answers = await self._answers.collect(
+            messages.RELOAD + key,
+            lambda: self._notify({f"{messages.RELOAD}{key}:{self.leases.replica}"}),
+            timeout_s=ANSWER_WAIT_S,
+            enough=lambda answers: len(answers) >= len(others),
+        )
+        told = dict(answer.rsplit(":", 1) for answer in answers if ":" in answer)
+        return {replica: told.get(replica, "no answer") for replica in sorted(others)}
 
     async def _reload_drained(self) -> None:
         statuses = await self.store.run(pools.statuses)
@@ -317,7 +363,7 @@ class Engine:
         if pools_to_wake is None:
             self.observer.refresh()
             if self.leases.enabled:
-                self._notify({LOOK_NOW})
+                self._notify({messages.LOOK_NOW})
             return
         for pool in pools_to_wake:
             self.workers.wake(pool)
@@ -365,6 +411,9 @@ class Engine:
     async def _observed(self, observation: Observation) -> None:
         """After each look: every pool is judged against it, and servers nobody owns are deleted."""
         self.passes += 1
+        if self.leases.enabled:
+            # An operator's drain on another replica comes by NOTIFY, which a lost connection can miss.
+            await self._reload_drained()
         await self._sync_workers()
         self.workers.wake_all()
         if observation.servers is None:
@@ -529,7 +578,16 @@ class Engine:
         if self.leases.holds(name):
             await self.workers.run_now(name)
         else:
-            self._notify({DRAIN_CHANGED})
+            self._notify({messages.DRAIN_CHANGED})
+
+    async def _pass_delete_on(self, runner: Runner) -> DeleteOutcome:
+        """Ask the replica holding the runner's pool to delete it; its outcome, or FORWARDED without one."""
+        key = messages.DELETE + runner.id
+        answers = await self._answers.collect(
+            key, lambda: self._notify({key}), timeout_s=ANSWER_WAIT_S, enough=lambda answers: bool(answers)
+        )
+        outcomes = [outcome for outcome in DeleteOutcome if outcome.value in answers]
+        return outcomes[0] if outcomes else DeleteOutcome.FORWARDED
 
     async def delete_runner(self, runner_id: str) -> DeleteOutcome:
         """An operator's delete of one runner; refused while it runs a job."""
@@ -539,8 +597,7 @@ class Engine:
         if runner.state in (RunnerState.DELETING, RunnerState.DELETED):
             return DeleteOutcome.GONE
         if not self.leases.holds(runner.pool):
-            self._notify({DELETE_PREFIX + runner.id})
-            return DeleteOutcome.FORWARDED
+            return await self._pass_delete_on(runner)
         if runner.state is RunnerState.BUSY or (
             self.supervisor.busy(runner.id) and runner.state not in STARTING_STATES
         ):

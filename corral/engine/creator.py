@@ -29,8 +29,9 @@ from corral.cloud.provider import (
     ServerSpec,
 )
 from corral.config import CorralConfig
-from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
+from corral.engine.pauses import PoolPauses
 from corral.engine.transitions import Mover
 from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
 from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, QUEUED_TO_CREATE_SECONDS
@@ -82,8 +83,8 @@ class Creator:
         cloud: CloudProvider,
         github: GitHubClient,
         checker: PoolChecker,
+        pauses: PoolPauses,
         log_once: LogOnce,
-        clock: Callable[[], float],
         *,
         max_concurrent_creates: int,
         jit_concurrency: int,
@@ -92,30 +93,21 @@ class Creator:
         self._cloud = cloud
         self._github = github
         self._checker = checker
+        self.pauses = pauses
         self._log_once = log_once
-        self._clock = clock
         self._threads = ThreadPoolExecutor(max_concurrent_creates, "corral-create")
         self._cloud_slots = asyncio.Semaphore(max_concurrent_creates)
         self._jit_slots = asyncio.Semaphore(jit_concurrency)
-        self.backoffs: dict[str, Backoff] = {}
 
-    def backoff(self, pool: str) -> Backoff:
-        backoff = self.backoffs.get(pool)
-        if backoff is None:
-            backoff = self.backoffs[pool] = Backoff(clock=self._clock)
-        return backoff
-
-    def came_online(self, pool: str) -> None:
+    async def came_online(self, pool: str) -> None:
         """A runner of the pool came online: the whole way from intent to runner works, so any backoff ends.
         (A create the cloud accepted is not enough: a server that then goes to ERROR is a failure too.)"""
-        backoff = self.backoffs.get(pool)
-        if backoff is not None and backoff.failures:
-            backoff.succeeded()
+        if await self.pauses.succeeded(pool):
             logger.info("pool %s: a runner came online; creating at full speed again", pool)
 
-    def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
+    async def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
         """A server the cloud accepted never became a runner (ERROR, vanished, timed out): back the pool off."""
-        wait = self.backoff(runner.pool).failed()
+        wait = await self.pauses.failed(runner.pool)
         self._log_once.warning(
             f"create:{runner.pool}:{reason.value}",
             f"pool {runner.pool}: runner {runner.name} failed ({reason.value}), creating again in {wait:.0f}s: "
@@ -123,8 +115,7 @@ class Creator:
         )
 
     def paused_s(self, pool: str) -> float:
-        backoff = self.backoffs.get(pool)
-        return backoff.remaining_s if backoff is not None else 0.0
+        return self.pauses.remaining_s(pool)
 
     async def create(
         self, runner: Runner, config: CorralConfig, template: Template, job_received_at: datetime | None
@@ -199,7 +190,7 @@ class Creator:
 
     async def fail(self, runner: Runner, failure: Failure) -> None:
         """Record the failure on the runner (from wherever it got to) and back its pool off."""
-        wait = self.backoff(runner.pool).failed(at_least_s=failure.wait_at_least_s)
+        wait = await self.pauses.failed(runner.pool, at_least_s=failure.wait_at_least_s)
         self._log_once.warning(
             f"create:{runner.pool}:{failure.reason.value}",
             f"pool {runner.pool}: runner {runner.name} failed ({failure.reason.value}), "

@@ -24,7 +24,7 @@ from corral.github.client import GitHubClient, GitHubError
 from corral.metrics import ACTION_ERRORS, GITHUB_ERRORS, JOBS_RECOVERED
 from corral.model import Delivery, Job, JobState, JobUpdate
 from corral.policy import match_pool
-from corral.store import Store
+from corral.store import Store, redeliveries
 from corral.store import jobs as store_jobs
 
 logger = logging.getLogger("corral.jobs")
@@ -32,7 +32,6 @@ logger = logging.getLogger("corral.jobs")
 CONCURRENT_CHECKS = 8
 REDELIVERY_OVERLAP = timedelta(minutes=5)
 MAX_REDELIVERIES = 5
-TRACKED_REDELIVERIES = 10_000
 REDELIVERY_WINDOW = timedelta(hours=1)
 GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN_PROGRESS}
 
@@ -46,7 +45,6 @@ class JobTracker:
         self.log_once = log_once
         self.clock = clock
         self._next_scan = 0.0
-        self._redeliveries: dict[str, int] = {}
         self._last_delivery_scan: datetime | None = None
 
     def scope_for(self, config: CorralConfig, pool: str | None, repository: str) -> ScopeConfig:
@@ -144,19 +142,19 @@ class JobTracker:
             self.log_once.warning("jobs:deliveries", f"cannot list webhook deliveries: {exc}")
             return
         self._last_delivery_scan = now
+        failed = [delivery for delivery in failed if delivery.event == "workflow_job"]
+        asked_before = await self.store.run(redeliveries.attempts, [delivery.guid for delivery in failed])
         for delivery in failed:
-            attempts = self._redeliveries.get(delivery.guid, 0)
-            if attempts >= MAX_REDELIVERIES or delivery.event != "workflow_job":
+            if asked_before.get(delivery.guid, 0) >= MAX_REDELIVERIES:
                 continue
             try:
                 await self.github.redeliver(delivery.id)
             except GitHubError as exc:
                 self.log_once.warning("jobs:redeliver", f"cannot redeliver {delivery.guid}: {exc}")
                 continue
-            # A redelivery can fail too; the next scan sees the guid still unsuccessful and asks again.
-            self._redeliveries[delivery.guid] = attempts + 1
-            while len(self._redeliveries) > TRACKED_REDELIVERIES:
-                del self._redeliveries[next(iter(self._redeliveries))]
+            # A redelivery can fail too; the next scan sees the guid still unsuccessful and asks again, up to
+            # MAX_REDELIVERIES times, counted in the database so a replica taking over counts on.
+            await self.store.run(redeliveries.asked, delivery.guid)
             JOBS_RECOVERED.labels("redelivery").inc()
             logger.info("asked GitHub to redeliver failed webhook %s", delivery.guid)
 

@@ -65,7 +65,7 @@ class RunnerJudge:
                 if result is not None:
                     current[result.id] = result
                     pending.append(result.id)
-                    self._learn(transition)
+                    await self._learn(transition)
                     if transition.presumed_taken:
                         self._ask_github(self._config().tuning.confirm_after)
         return [runner for runner in current.values() if runner.state is not RunnerState.DELETED]
@@ -105,14 +105,14 @@ class RunnerJudge:
             job_status=row.job_status,
         )
 
-    def _learn(self, transition: Transition) -> None:
+    async def _learn(self, transition: Transition) -> None:
         """What a runner's move says about its pool's way from intent to runner: back off, or carry on."""
         # Came online: seen idle, or (in a busy pool, where a runner takes a job as it registers) seen busy or
         # done from booting, which is when `_transition` sets its `registered_at`.
         if transition.reason is Reason.CAME_ONLINE or transition.registered_at is not None:
-            self.creator.came_online(transition.runner.pool)
+            await self.creator.came_online(transition.runner.pool)
         elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
-            self.creator.booting_failed(transition.runner, transition.reason, transition.message)
+            await self.creator.booting_failed(transition.runner, transition.reason, transition.message)
 
     def _transition(self, runner: Runner, row: RunnerAndJob, verdict: Verdict) -> Transition:
         registered_at = None

@@ -1,6 +1,8 @@
-"""Pool status rows: what the engine last published about each pool, and operators' drains."""
+"""Pool status rows: what the engine last published about each pool, operators' drains, create backoffs."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from sqlalchemy import Connection, insert, select, update
 
@@ -18,6 +20,8 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.removed,
         POOLS.c.drained,
         POOLS.c.updated_at,
+        POOLS.c.create_failures,
+        POOLS.c.create_paused_until,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -25,20 +29,26 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
 def publish(
     connection: Connection, name: str, *, generation: int, ready: bool, reason: str | None, removed: bool
 ) -> None:
-    values = {"applied_generation": generation, "ready": ready, "reason": reason, "removed": removed}
-    changed = connection.execute(update(POOLS).where(POOLS.c.name == name).values(**values, updated_at=utcnow()))
-    if not changed.rowcount:
-        connection.execute(insert(POOLS).values(name=name, drained=False, updated_at=utcnow(), **values))
+    _upsert(connection, name, applied_generation=generation, ready=ready, reason=reason, removed=removed)
 
 
 def set_drained(connection: Connection, name: str, drained: bool) -> None:
-    changed = connection.execute(update(POOLS).where(POOLS.c.name == name).values(drained=drained, updated_at=utcnow()))
+    _upsert(connection, name, drained=drained)
+
+
+def set_create_backoff(connection: Connection, name: str, failures: int, paused_until: datetime | None) -> None:
+    """The pool's create backoff as its holder has it now (0 and None when creates go at full speed)."""
+    _upsert(connection, name, create_failures=failures, create_paused_until=paused_until)
+
+
+_NEW_ROW = {"applied_generation": 0, "ready": False, "removed": False, "drained": False}
+"""What a pool's first row says about whatever its first write does not set."""
+
+
+def _upsert(connection: Connection, name: str, **values: object) -> None:
+    changed = connection.execute(update(POOLS).where(POOLS.c.name == name).values(**values, updated_at=utcnow()))
     if not changed.rowcount:
-        connection.execute(
-            insert(POOLS).values(
-                name=name, applied_generation=0, ready=False, removed=False, drained=drained, updated_at=utcnow()
-            )
-        )
+        connection.execute(insert(POOLS).values({**_NEW_ROW, **values, "name": name, "updated_at": utcnow()}))
 
 
 def forget(connection: Connection, name: str) -> None:

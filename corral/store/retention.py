@@ -1,4 +1,4 @@
-"""Forgetting history: deleted runners (with their events), old jobs and webhook deliveries.
+"""Forgetting history: deleted runners (with their events), old jobs, webhook deliveries and redelivery requests.
 
 Pruned in small batches, each its own short transaction, so pruning a backlog of weeks never holds a lock
 long enough to delay the engine or the webhook.
@@ -12,6 +12,7 @@ from sqlalchemy import Connection, delete, select
 
 from corral.model import RunnerState
 from corral.store.schema import DELIVERIES, JOBS, RUNNERS
+from corral.store.schema import REDELIVERY_REQUESTS as REDELIVERIES
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
 
@@ -36,4 +37,11 @@ def prune_batch(connection: Connection, *, older_than: datetime, batch: int) -> 
     )
     if delivery_ids:
         deleted += connection.execute(delete(DELIVERIES).where(DELIVERIES.c.id.in_(delivery_ids))).rowcount
+    guids = list(
+        connection.execute(
+            select(REDELIVERIES.c.guid).where(REDELIVERIES.c.asked_at < older_than).limit(batch)
+        ).scalars()
+    )
+    if guids:
+        deleted += connection.execute(delete(REDELIVERIES).where(REDELIVERIES.c.guid.in_(guids))).rowcount
     return deleted

@@ -146,7 +146,23 @@ class PoolStatus(Base):
     removed: Mapped[bool] = mapped_column(default=False)
     drained: Mapped[bool] = mapped_column(default=False)
     """Set by an operator: no new runners, idle ones retired, until undrained."""
+    create_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Creates failed in a row (reset when a runner comes online): how long the next backoff is."""
+    create_paused_until: Mapped[datetime | None]
+    """No create before then. Kept here, not only in the holder's memory, so a replica taking the pool over
+    backs off as its former owner did instead of retrying a broken cloud at full speed."""
     updated_at: Mapped[datetime]
+
+
+class RedeliveryRequest(Base):
+    """A failed webhook delivery corral asked GitHub to redeliver, and how often: bounded per delivery, and
+    shared, so a replica taking over the housekeeping does not ask again for what its predecessor asked."""
+
+    __tablename__ = "redelivery_requests"
+
+    guid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempts: Mapped[int] = mapped_column(Integer)
+    asked_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class ApiToken(Base):
@@ -200,6 +216,7 @@ RUNNER_EVENTS = cast(Table, RunnerEvent.__table__)
 JOBS = cast(Table, Job.__table__)
 DELIVERIES = cast(Table, Delivery.__table__)
 POOL_STATUS = cast(Table, PoolStatus.__table__)
+REDELIVERY_REQUESTS = cast(Table, RedeliveryRequest.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)
 REPLICAS = cast(Table, Replica.__table__)
 POOL_LEASES = cast(Table, PoolLease.__table__)

@@ -31,10 +31,19 @@ def libpq_url(url: str) -> str:
 class WakeListener:
     """Calls `on_wake(payload)` on `loop` for every notification on the wake channel."""
 
-    def __init__(self, url: str, loop: asyncio.AbstractEventLoop, on_wake: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        url: str,
+        loop: asyncio.AbstractEventLoop,
+        on_wake: Callable[[str], None],
+        on_resumed: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`on_resumed` is called after listening again following a lost connection: what was sent meanwhile
+        is lost, so the engine looks at everything afresh rather than wait for its next periodic pass."""
         self._conninfo = libpq_url(url)
         self._loop = loop
         self._on_wake = on_wake
+        self._on_resumed = on_resumed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="corral-wakes", daemon=True)
         self.listening = threading.Event()
@@ -48,17 +57,22 @@ class WakeListener:
 
     def _run(self) -> None:
         wait_s = 1.0
+        interrupted = False
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as connection:
                     connection.execute(f"LISTEN {WAKE_CHANNEL}")
                     self.listening.set()
+                    if interrupted:
+                        self._loop.call_soon_threadsafe(self._on_resumed)
+                    interrupted = False
                     wait_s = 1.0
                     while not self._stop.is_set():
                         for notification in connection.notifies(timeout=POLL_S):
                             self._loop.call_soon_threadsafe(self._on_wake, notification.payload)
             except psycopg.Error as exc:
                 self.listening.clear()
+                interrupted = True
                 logger.warning("listening for wakes failed (%s); again in %.0fs", type(exc).__name__, wait_s)
                 self._stop.wait(wait_s)
                 wait_s = min(wait_s * 2, 30.0)

@@ -1,0 +1,59 @@
+"""What replicas say to each other over PostgreSQL NOTIFY, besides a pool's name (which wakes its owner).
+
+A message is one payload on the wake channel, delivered to every replica (the sender too) when the sending
+transaction commits. Requests that want an answer (a delete passed on to a pool's owner, a reload asked of
+every replica) carry a key, the answer comes back as its own message with that key, and `Answers` hands it
+to the request still waiting; an answer nobody waits for any more is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+DRAIN_CHANGED = "~drained"
+"""An operator drained or undrained a pool another replica may hold."""
+LOOK_NOW = "~look"
+"""Every replica takes a fresh look at the far ends (an operator's reconcile)."""
+DELETE = "~delete:"
+"""`~delete:<runner id>`: an operator's delete, passed on to the replica holding the runner's pool."""
+DELETED = "~deleted:"
+"""`~deleted:<runner id>:<outcome>`: what the holder did with a delete passed on to it."""
+RELOAD = "~reload:"
+"""`~reload:<key>:<sender>`: every other replica reloads its own config file."""
+RELOADED = "~reloaded:"
+"""`~reloaded:<key>:<replica>:<outcome>`: how a replica's reload went (`reloaded` or `refused`)."""
+
+
+class Answers:
+    """Answers awaited from other replicas, by key; several requests may wait on one key."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[asyncio.Queue[str]]] = {}
+
+    async def collect(
+        self, key: str, send: Callable[[], None], *, timeout_s: float, enough: Callable[[list[str]], bool]
+    ) -> list[str]:
+        """Send a request, then gather the answers for `key` until `enough(answers)` or `timeout_s` passes.
+
+        The waiter is registered before `send`, so an answer cannot arrive before anybody listens for it."""
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._waiting.setdefault(key, []).append(queue)
+        answers: list[str] = []
+        try:
+            send()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    while not enough(answers):
+                        answers.append(await queue.get())
+        finally:
+            waiting = self._waiting.get(key, [])
+            waiting.remove(queue)
+            if not waiting:
+                self._waiting.pop(key, None)
+        return answers
+
+    def answer(self, key: str, value: str) -> None:
+        for queue in self._waiting.get(key, []):
+            queue.put_nowait(value)

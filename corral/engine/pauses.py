@@ -1,0 +1,85 @@
+"""Each pool's create backoff: in memory for the scaler's every pass, in the database for the next holder.
+
+A pool whose creates keep failing (a broken image, a full quota, GitHub refusing JIT configs) is paused
+for longer after each failure, and a runner coming online ends the pause. The holder of the pool keeps the
+backoff in memory and writes each change to the pool's status row; a replica that takes the pool over (or
+corral restarting) reads it back, so a failover does not retry a broken cloud at full speed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+from corral.clock import utcnow
+from corral.engine.backoff import Backoff, LogOnce
+from corral.model import PoolStatus
+from corral.store import Store, pools
+
+logger = logging.getLogger("corral.engine")
+
+
+class PoolPauses:
+    """Create backoffs by pool; `failed` and `succeeded` write through to the store."""
+
+    def __init__(self, store: Store, log_once: LogOnce, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._log_once = log_once
+        self._clock = clock
+        self._backoffs: dict[str, Backoff] = {}
+
+    def remaining_s(self, pool: str) -> float:
+        backoff = self._backoffs.get(pool)
+        return backoff.remaining_s if backoff is not None else 0.0
+
+    def failures(self, pool: str) -> int:
+        backoff = self._backoffs.get(pool)
+        return backoff.failures if backoff is not None else 0
+
+    async def failed(self, pool: str, at_least_s: float = 0.0) -> float:
+        """A create of the pool failed: the seconds until the next one."""
+        backoff = self._backoffs.setdefault(pool, Backoff(clock=self._clock))
+        before = (backoff.failures, backoff.until)
+        wait = backoff.failed(at_least_s)
+        if (backoff.failures, backoff.until) != before:
+            await self._write(pool, backoff)
+        return wait
+
+    async def succeeded(self, pool: str) -> bool:
+        """A runner of the pool came online; True if that ended a backoff."""
+        backoff = self._backoffs.get(pool)
+        if backoff is None or not backoff.failures:
+            return False
+        backoff.succeeded()
+        await self._write(pool, backoff)
+        return True
+
+    def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
+        """Take the backoffs of the pools this replica has just taken from their status rows (which are the
+        truth: another replica may have held the pool since this one last did)."""
+        now = utcnow()
+        for name, status in statuses.items():
+            if not taken(name):
+                continue
+            remaining = (status.create_paused_until - now).total_seconds() if status.create_paused_until else 0.0
+            if not status.create_failures and remaining <= 0:
+                self._backoffs.pop(name, None)
+                continue
+            backoff = self._backoffs.setdefault(name, Backoff(clock=self._clock))
+            backoff.failures = status.create_failures
+            backoff.until = self._clock() + max(remaining, 0.0)
+            if remaining > 0:
+                logger.info(
+                    "pool %s: creates stay paused %.0fs more (%d failures in a row before)",
+                    name,
+                    remaining,
+                    status.create_failures,
+                )
+
+    async def _write(self, pool: str, backoff: Backoff) -> None:
+        paused_until = utcnow() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None
+        try:
+            await self._store.run(pools.set_create_backoff, pool, backoff.failures, paused_until)
+        except Exception as exc:  # the pause in memory holds; its next change writes again
+            self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its create backoff: {exc}")
