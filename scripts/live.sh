@@ -13,6 +13,8 @@
 #   LIVE_TIMEOUT_S  hard limit for the test phase (default 600); pytest is interrupted, cleans up, and
 #                   ministack is still stopped
 #   LIVE_DRY_RUN=1  only resolve and check the paths above, print them and exit: installs and starts nothing
+#   LIVE_PREPARE_ONLY=1  only install ministack (not corral's .venv) and exit: CI runs this in the
+#                   background beside the main suite, so the live suite later only starts and tests
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
@@ -68,6 +70,11 @@ sys.exit(any(u.find_spec(m) is None for m in mods))' 2>/dev/null
 if ! ministack_installed; then
   echo "[live] installing ministack into $VENV"
   MINISTACK_VENV="$VENV" bash "$MINISTACK_DIR/install.sh"
+fi
+if [ "${LIVE_PREPARE_ONLY:-0}" = 1 ]; then
+  phase "install (ministack only)" "$t"
+  summary
+  exit 0
 fi
 bash scripts/install.sh
 phase install "$t"
