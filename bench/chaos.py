@@ -86,7 +86,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -95,6 +95,7 @@ import httpx
 import psycopg
 import yaml
 
+from corral.cloud.provider import META_RUNNER
 from corral.demo import Leaks, count_leaks
 from corral.files import write_private
 from corral.local import app_github, corral_config, pool_spec
@@ -252,6 +253,9 @@ class ChaosResult:
     """Per job, the servers it accounts for (`chaos_measures.runners_per_job`)."""
     double_creates: int
     victims: list[tuple[int, list[str]]]
+    leak_trail: list[str] = field(default_factory=list)
+    """For each server left after the drain: its name, corral's row for its runner, and the last log lines
+    that name it (CI keeps only this report, not the work folder)."""
 
     @property
     def runners_per_job_max(self) -> int:
@@ -334,6 +338,9 @@ class ChaosResult:
             lines.append(f"corral exited on its own {len(self.unexpected_exits)} times: {self.unexpected_exits}")
         lines.append("corral's log: " + ", ".join(f"{name} {count}" for name, count in self.log_counts.items()))
         lines.extend(f"  {sample}" for sample in self.log_samples)
+        if self.leak_trail:
+            lines.append("left behind:")
+            lines.extend(f"  {line}" for line in self.leak_trail)
         how = {"kill": "kill -9", "term": "SIGTERM (rolling)"}[self.options.stop]
         lines.append(
             f"elapsed {self.elapsed_s:.0f} s; seed {self.options.seed}; database {self.options.database}; "
@@ -519,6 +526,7 @@ class ChaosRun:
         records.update(kills=self.kills, victims=self.victims, runners=runners)
         (self.workdir / "records.json").write_text(json.dumps(records))
         log_counts, log_samples = scan_logs([corral.log_path for corral in self.corrals])
+        trail = leak_trail(lives, runners, [corral.log_path for corral in self.corrals]) if leaks.total else []
         return self._result(
             jobs,
             lives,
@@ -532,6 +540,7 @@ class ChaosRun:
             log_samples,
             started,
             runners,
+            trail,
         )
 
     def _install_app(self) -> None:
@@ -725,6 +734,7 @@ class ChaosRun:
         log_samples: list[str],
         started: float,
         runners: list[dict[str, Any]],
+        trail: list[str],
     ) -> ChaosResult:
         kills = [
             measures.Kill(killed, restarted, serving, fault, deadline)
@@ -757,6 +767,7 @@ class ChaosRun:
             unexpected_exits=self.unexpected_exits,
             log_counts=log_counts,
             log_samples=log_samples,
+            leak_trail=trail,
             elapsed_s=time.monotonic() - started,
             workdir=self.workdir,
             runners_per_job=measures.runners_per_job(lives, jobs, runners),
@@ -856,6 +867,24 @@ def scan_logs(paths: list[Path]) -> tuple[dict[str, int], list[str]]:
             text = text[:160]
             samples.setdefault(text, None)
     return dict(counts), list(samples)
+
+
+def leak_trail(lives: list[dict[str, Any]], runners: list[dict[str, Any]], logs: list[Path]) -> list[str]:
+    """What there is to know of each server still there: its runner's row in corral and its last log lines."""
+    rows = {row["id"]: row for row in runners}
+    trail = []
+    for life in lives:
+        if life.get("gone_s") is not None:
+            continue
+        runner_id = life["metadata"].get(META_RUNNER, "?")
+        row = rows.get(runner_id)
+        known = (
+            f"corral: {row['state']} ({row.get('failure_reason') or row.get('reason')})" if row else "corral: no row"
+        )
+        trail.append(f"server {life['name']} ({life['id'][:8]}): {known}")
+        mentions = [line.rstrip() for line in log_lines(logs) if life["name"] in line or runner_id in line]
+        trail.extend(f"  {line[:200]}" for line in mentions[-6:])
+    return trail[:60]
 
 
 def log_lines(paths: list[Path]) -> Iterator[str]:
