@@ -852,21 +852,37 @@ def kill_row(
 
 def scan_logs(paths: list[Path]) -> tuple[dict[str, int], list[str]]:
     """How often each pattern of interest appears in corral's logs (one per replica), and a few distinct
-    error lines."""
+    lines that say what went wrong: ERROR lines and each traceback's last line first, then warnings."""
     counts: Counter[str] = Counter({name: 0 for name in LOG_PATTERNS})
-    samples: dict[str, None] = {}
+    errors: dict[str, None] = {}
+    warnings: dict[str, None] = {}
+    in_traceback = False
     for line in log_lines(paths):
         for name, pattern in LOG_PATTERNS.items():
             if pattern.search(line):
                 counts[name] += 1
-        if (" ERROR " in line or " WARNING " in line) and len(samples) < 8:
-            # Times, names and ids differ line by line; what is left says what went wrong.
-            text = re.sub(r"^\S+ \S+ ", "", line.strip())
-            for pattern, placeholder in MASKS:
-                text = pattern.sub(placeholder, text)
-            text = text[:160]
-            samples.setdefault(text, None)
-    return dict(counts), list(samples)
+        if line.startswith("Traceback"):
+            in_traceback = True
+        elif in_traceback and not line.startswith((" ", "\t")):
+            # The first unindented line after a traceback is its exception: "ValueError: ...".
+            in_traceback = False
+            errors.setdefault(_masked(line, keep_time=True), None)
+            continue
+        if " ERROR " in line:
+            errors.setdefault(_masked(line), None)
+        elif " WARNING " in line:
+            warnings.setdefault(_masked(line), None)
+    samples = list(errors)[:8]
+    samples += list(warnings)[: max(8 - len(samples), 0)]
+    return dict(counts), samples
+
+
+def _masked(line: str, *, keep_time: bool = False) -> str:
+    """Times, names and ids differ line by line; what is left says what went wrong."""
+    text = line.strip() if keep_time else re.sub(r"^\S+ \S+ ", "", line.strip())
+    for pattern, placeholder in MASKS:
+        text = pattern.sub(placeholder, text)
+    return text[:200]
 
 
 def leak_trail(lives: list[dict[str, Any]], runners: list[dict[str, Any]], logs: list[Path]) -> list[str]:

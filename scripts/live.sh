@@ -13,8 +13,11 @@
 #   LIVE_TIMEOUT_S  hard limit for the test phase (default 600); pytest is interrupted, cleans up, and
 #                   ministack is still stopped
 #   LIVE_DRY_RUN=1  only resolve and check the paths above, print them and exit: installs and starts nothing
-#   LIVE_PREPARE_ONLY=1  only install ministack (not corral's .venv) and exit: CI runs this in the
-#                   background beside the main suite, so the live suite later only starts and tests
+#   LIVE_PHASE      all (default): install, start, test, stop. CI splits it in two, so that ministack's
+#                   install and start (~1-3 min, mostly waiting) overlap the main suite's install and lint:
+#                   `start` installs and starts ministack, notes where in $MINISTACK_HOME/corral-live.started
+#                   and leaves it running; `test` runs the live tests against that one and stops it;
+#                   `stop` stops such a one if the test phase never came (CI's exit trap).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
@@ -51,6 +54,17 @@ if [ "${LIVE_DRY_RUN:-0}" = 1 ]; then
   exit 0
 fi
 mkdir -p "$MINISTACK_HOME"
+LIVE_PHASE="${LIVE_PHASE:-all}"
+case "$LIVE_PHASE" in all | start | test | stop) ;; *) echo "[live] LIVE_PHASE: all, start, test or stop" >&2; exit 2 ;; esac
+STARTED_FILE="$MINISTACK_HOME/corral-live.started"
+if [ "$LIVE_PHASE" = stop ]; then
+  if [ -f "$STARTED_FILE" ]; then
+    read -r RUN_DIR _ <"$STARTED_FILE"
+    MINISTACK_STATE="$RUN_DIR/state" bash "$MINISTACK_DIR/stop.sh" || true
+    rm -rf "$STARTED_FILE" "$RUN_DIR"
+  fi
+  exit 0
+fi
 
 # ---------------------------------------------------------------- install
 t=$(date +%s)
@@ -71,23 +85,34 @@ if ! ministack_installed; then
   echo "[live] installing ministack into $VENV"
   MINISTACK_VENV="$VENV" bash "$MINISTACK_DIR/install.sh"
 fi
-if [ "${LIVE_PREPARE_ONLY:-0}" = 1 ]; then
-  phase "install (ministack only)" "$t"
-  summary
-  exit 0
-fi
-bash scripts/install.sh
+# The start phase runs beside `scripts/install.sh` of the main suite: it leaves corral's .venv alone.
+[ "$LIVE_PHASE" = start ] || bash scripts/install.sh
 phase install "$t"
 
 # ---------------------------------------------------------------- start
-RUN_DIR="$(mktemp -d "$MINISTACK_HOME/corral-live.XXXXXX")"
+if [ "$LIVE_PHASE" = test ]; then
+  if [ ! -f "$STARTED_FILE" ]; then
+    echo "[live] no ministack started by LIVE_PHASE=start ($STARTED_FILE is missing)" >&2
+    exit 2
+  fi
+  read -r RUN_DIR PORT_BASE <"$STARTED_FILE"
+  rm -f "$STARTED_FILE"
+  export PORT_BASE
+else
+  RUN_DIR="$(mktemp -d "$MINISTACK_HOME/corral-live.XXXXXX")"
+fi
 export MINISTACK_VENV="$VENV" MINISTACK_STATE="$RUN_DIR/state"
 STARTED=0
+[ "$LIVE_PHASE" = test ] && STARTED=1
 OUTCOME=1
 
 cleanup() {
   local t
   t=$(date +%s)
+  if [ "$LIVE_PHASE" = start ] && [ "$OUTCOME" = 0 ]; then
+    summary  # started and noted: the test phase uses it and stops it
+    return
+  fi
   if [ "$STARTED" = 1 ]; then
     bash "$MINISTACK_DIR/stop.sh" || true
     phase stop "$t"
@@ -104,7 +129,7 @@ trap 'exit 130' INT TERM
 
 ports_free() {  # base: are all of ministack's ports on 127.0.0.1 free?
   # SO_REUSEADDR as the services use it: a port in TIME_WAIT after an earlier run is free for them
-  "$REPO/.venv/bin/python" - "$1" <<'PY'
+  python3 - "$1" <<'PY'
 import socket, sys
 base = int(sys.argv[1])
 for offset in (4369, 5000, 5672, 5673, 8774, 8776, 8778, 9292, 9696):
@@ -127,32 +152,43 @@ pick_port_base() {  # the first candidate not tried yet whose ports are all free
   return 1
 }
 
+start_ministack() {  # on the first free ports; a failed start is retried once on others
+  # One start at a time per MINISTACK_HOME: two runs choosing ports together would choose the same ones.
+  exec 9>"$MINISTACK_HOME/corral-live.lock"
+  flock -w 600 9
+  for attempt in 1 2; do
+    if ! PORT_BASE="$(pick_port_base)"; then
+      echo "[live] no free port base among: $PORT_CANDIDATES (tried: ${TRIED:-none}); set PORT_BASE" >&2
+      exit 1
+    fi
+    export PORT_BASE
+    TRIED="$TRIED $PORT_BASE"
+    echo "[live] starting ministack on port base $PORT_BASE (state $MINISTACK_STATE), attempt $attempt"
+    STARTED=1
+    if bash "$MINISTACK_DIR/start.sh"; then
+      break
+    fi
+    bash "$MINISTACK_DIR/stop.sh" || true
+    STARTED=0
+    if [ "$attempt" = 2 ]; then
+      echo "[live] ministack did not start; logs in $MINISTACK_STATE/logs" >&2
+      exit 1
+    fi
+    echo "[live] ministack did not start (ports taken meanwhile?); trying again on other ports" >&2
+  done
+  flock -u 9
+}
+
 t=$(date +%s)
-# One start at a time per MINISTACK_HOME: two runs choosing ports together would choose the same ones.
-exec 9>"$MINISTACK_HOME/corral-live.lock"
-flock -w 600 9
-for attempt in 1 2; do
-  if ! PORT_BASE="$(pick_port_base)"; then
-    echo "[live] no free port base among: $PORT_CANDIDATES (tried: ${TRIED:-none}); set PORT_BASE" >&2
-    exit 1
-  fi
-  export PORT_BASE
-  TRIED="$TRIED $PORT_BASE"
-  echo "[live] starting ministack on port base $PORT_BASE (state $MINISTACK_STATE), attempt $attempt"
-  STARTED=1
-  if bash "$MINISTACK_DIR/start.sh"; then
-    break
-  fi
-  bash "$MINISTACK_DIR/stop.sh" || true
-  STARTED=0
-  if [ "$attempt" = 2 ]; then
-    echo "[live] ministack did not start; logs in $MINISTACK_STATE/logs" >&2
-    exit 1
-  fi
-  echo "[live] ministack did not start (ports taken meanwhile?); trying again on other ports" >&2
-done
-flock -u 9
-phase start "$t"
+if [ "$LIVE_PHASE" != test ]; then
+  start_ministack
+  phase start "$t"
+fi
+if [ "$LIVE_PHASE" = start ]; then
+  echo "$RUN_DIR $PORT_BASE" >"$STARTED_FILE"
+  OUTCOME=0
+  exit 0
+fi
 
 # ---------------------------------------------------------------- test
 t=$(date +%s)

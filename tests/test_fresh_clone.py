@@ -53,7 +53,8 @@ def run_in(checkout: Path, *args: str, timeout: float = 120) -> subprocess.Compl
 
 def collected(checkout: Path) -> list[str]:
     """The node ids pytest collects in `checkout`; fails on any collection error."""
-    result = run_in(checkout, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider")
+    # Collecting imports every test module: ~12 s alone, minutes beside the rest of the suite on two cores.
+    result = run_in(checkout, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", timeout=400)
     assert result.returncode == 0, f"collection in {checkout} failed:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
     return [line for line in result.stdout.splitlines() if "::" in line]
 

@@ -161,7 +161,9 @@ def test_at_the_rate_limit_corral_stops_calling_github_until_the_reset(
     second = queue_job(control, ["small"])
     wait_until(lambda: completed(control, second), timeout=45, what="a job served after the reset")
     refused = counters(control).get("github_rate_limited", 0)
-    assert 1 <= refused <= 2, f"corral should stop at the limit, not keep calling: {refused} refused calls"
+    # Refused: the calls already on their way when the limit closed (a JIT config per create under way, a
+    # listing); after the first refusal corral makes none until the reset (a pass a second would be ~6 more).
+    assert 1 <= refused <= 4, f"corral should stop at the limit, not keep calling: {refused} refused calls"
 
 
 def test_a_github_app_at_its_rate_limit_starts_no_runner_before_the_reset(
