@@ -47,6 +47,9 @@ RUNNER_VERSION_PATTERN = r"^\d+\.\d+\.\d+$"
 DEFAULT_RUNNER_VERSION = "2.329.0"
 """The GitHub Actions runner the default template downloads when the image has none (images should)."""
 WEBHOOK_SECRET_MIN_LENGTH = 16
+SCALE_SET_NAME_MAX = 64
+"""A scale set's name is what jobs ask for in `runs-on:`, one token; corral keeps it as long as a pool name may be
+stored (64), which is also what the label column of a job holds."""
 """The webhook secret is the only thing standing between the internet and corral starting VMs: a short one
 can be guessed from one captured delivery, offline, and an empty one lets anyone sign a fake job."""
 DATABASES = {"sqlite": "sqlite:///corral.db", "postgresql+psycopg": "postgresql+psycopg://user@host/corral"}
@@ -215,6 +218,11 @@ class PoolConfig(StrictModel):
     idle_grace: Wait = 60.0
     runner_group: str = "Default"
     priority: int = 0
+    intake: Literal["webhook", "scale_set"] = "webhook"
+    """How the pool hears of its jobs: `webhook` (GitHub delivers `workflow_job` to corral) or `scale_set`
+    (corral registers a runner scale set and long-polls GitHub for its jobs: no inbound connection)."""
+    scale_set_name: str | None = Field(default=None, min_length=1, max_length=SCALE_SET_NAME_MAX, pattern=r"^\S+$")
+    """The scale set's name on GitHub (`runs-on:` names it); the pool's name unless given."""
 
     @field_validator("labels")
     @classmethod
@@ -236,6 +244,8 @@ class PoolConfig(StrictModel):
         names = [volume.name for volume in self.extra_volumes]
         if len(set(names)) != len(names):
             raise ValueError("extra_volumes: two volumes share a name; give each its own")
+        if self.scale_set_name is not None and self.intake != "scale_set":
+            raise ValueError("scale_set_name is only for a pool with `intake: scale_set`; remove it or set the intake")
         return self
 
     def label_set(self) -> frozenset[str]:
@@ -428,15 +438,34 @@ class CorralConfig(StrictModel):
     @model_validator(mode="after")
     def pools_are_consistent(self) -> CorralConfig:
         """Cross-pool rules; every broken one is reported, one per line."""
-        if self.default_pool is None and len(self.pools) == 1:
-            object.__setattr__(self, "default_pool", next(iter(self.pools)))
+        webhook_pools = sorted(name for name, pool in self.pools.items() if pool.intake == "webhook")
+        if self.default_pool is None and len(webhook_pools) == 1:
+            object.__setattr__(self, "default_pool", webhook_pools[0])
         problems = []
-        if self.default_pool is None:
-            problems.append(f"default_pool: required with several pools; name one of {sorted(self.pools)}")
-        elif self.default_pool not in self.pools:
+        if self.default_pool is None and len(webhook_pools) > 1:
+            problems.append(f"default_pool: required with several pools; name one of {webhook_pools}")
+        elif self.default_pool is not None and self.default_pool not in self.pools:
             problems.append(f"default_pool: {self.default_pool!r} names no pool; use one of {sorted(self.pools)}")
+        elif self.default_pool is not None and self.pools[self.default_pool].intake != "webhook":
+            problems.append(
+                f"default_pool: {self.default_pool!r} takes its jobs from a scale set, which GitHub routes by name "
+                f"only; name a webhook pool ({webhook_pools or 'none configured'}) or leave it out"
+            )
+        scale_sets: dict[tuple[str, str, str], str] = {}  # (scope, runner group, scale set name) -> pool
+        for name, pool in self.pools.items():
+            if pool.intake != "scale_set":
+                continue
+            scale_set = (pool.scope.key.lower(), pool.runner_group.lower(), (pool.scale_set_name or name).lower())
+            if scale_set in scale_sets:
+                problems.append(
+                    f"pools.{name}: same scale set as pool {scale_sets[scale_set]!r} (scope, runner group and "
+                    "name); give one of them its own scale_set_name"
+                )
+            scale_sets[scale_set] = name
         seen: dict[tuple[str, str, frozenset[str]], str] = {}
         for name, pool in self.pools.items():
+            if pool.intake != "webhook":
+                continue  # GitHub routes a scale set's jobs by its name: its labels need not tell it apart
             key = (pool.scope.kind, pool.scope.target.lower(), pool.label_set())
             if key in seen:
                 problems.append(

@@ -54,6 +54,32 @@ CAPACITY_REFUSALS = Counter(
 LEASE_ACQUISITIONS = Counter(
     "corral_lease_acquisitions_total", "Pool leases this replica acquired, by pool", ["pool"], registry=REGISTRY
 )
+ORPHANS_DELETED = Counter(
+    "corral_orphans_deleted_total",
+    "What the join of the cloud's servers and GitHub's registrations with corral's runners found and deleted: "
+    "`server` (no live runner owns it) or `registration` (its runner was already deleted)",
+    ["kind"],
+    registry=REGISTRY,
+)
+SCALE_SET_POLLS = Counter(
+    "corral_scale_set_polls_total",
+    "Long polls of scale-set message queues, by outcome: `message` or `empty` (the poll window ended)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+SCALE_SET_MESSAGES = Counter(
+    "corral_scale_set_messages_total",
+    "Job messages from scale-set queues, by type (JobAvailable, JobAssigned, JobStarted, JobCompleted, other)",
+    ["kind"],
+    registry=REGISTRY,
+)
+SCALE_SET_RECOVERIES = Counter(
+    "corral_scale_set_recoveries_total",
+    "What scale-set listeners recovered from, by kind: session_conflict (waited out), session_taken_over, "
+    "session_evicted, queue_token_refreshed, scale_set_gone (created again), error (backed off)",
+    ["kind"],
+    registry=REGISTRY,
+)
 LEASE_LOSSES = Counter(
     "corral_lease_losses_total",
     "Pool leases this replica lost because it did not renew them in time (paused, partitioned, overloaded)",

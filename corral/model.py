@@ -313,3 +313,5 @@ class PoolStatus:
     updated_at: datetime
     create_failures: int = 0
     create_paused_until: datetime | None = None
+    scale_set_id: int | None = None
+    scale_set_session: str | None = None

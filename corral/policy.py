@@ -34,8 +34,11 @@ def match_pool(
     A job with only generic labels (`self-hosted`, OS, arch) goes to the default pool. Otherwise a pool
     fits when it has every label of the job, GitHub's rule; among several, the most specific (fewest
     labels beyond the job's) wins, then the higher `priority`, then the name, so the answer is stable.
+    Scale-set pools never match: GitHub hands their jobs to their scale set, and their runners come from
+    its statistics, not from the job table.
     """
     wanted = frozenset(label.lower() for label in labels)
+    pools = {name: pool for name, pool in pools.items() if pool.intake == "webhook"}
     default = pools.get(default_pool) if default_pool is not None else None
     if wanted <= IMPLICIT_LABELS and default is not None and in_scope(default.scope, repository):
         return default_pool

@@ -369,3 +369,41 @@ def test_a_template_too_big_for_nova_with_a_real_jit_config_is_refused(tmp_path:
             "user_data_template: for pool small with a 4,096-character JIT config, rendered user data is 49,150 "
             "bytes, 65,536 in base64, over Nova's limit of 65,535; shorten the template"
         )
+
+
+def test_a_scale_set_pool_is_named_after_the_pool_unless_told_and_is_never_the_default() -> None:
+    config = parse_config(
+        document(
+            pools={
+                "small": pool(),
+                "ci": pool(intake="scale_set"),
+                "gpu": pool(intake="scale_set", scale_set_name="gpu-set"),
+            }
+        )
+    )
+    assert config.default_pool == "small", "the only webhook pool is the default"
+    assert (config.pools["ci"].intake, config.pools["ci"].scale_set_name) == ("scale_set", None)
+    assert config.pools["gpu"].scale_set_name == "gpu-set"
+    only_scale_sets = parse_config(document(pools={"a": pool(intake="scale_set"), "b": pool(intake="scale_set")}))
+    assert only_scale_sets.default_pool is None, "no default is needed when no pool takes webhooks"
+
+
+def test_scale_set_settings_that_cannot_work_are_refused_by_key() -> None:
+    assert problems_of(document(pools={"small": pool(intake="queue")}))[0].startswith("pools.small.intake:")
+    (named,) = problems_of(document(pools={"small": pool(scale_set_name="x")}))
+    assert named.startswith("pools.small:") and "only for a pool with `intake: scale_set`" in named
+    (spaced,) = problems_of(document(pools={"small": pool(intake="scale_set", scale_set_name="two words")}))
+    assert spaced.startswith("pools.small.scale_set_name:")
+    default = problems_of(
+        document(default_pool="ci", pools={"small": pool(), "ci": pool(intake="scale_set", labels=["ci"])})
+    )
+    assert default == [
+        "default_pool: 'ci' takes its jobs from a scale set, which GitHub routes by name only; name a webhook "
+        "pool (['small']) or leave it out"
+    ]
+    twins = problems_of(
+        document(pools={"a": pool(intake="scale_set", scale_set_name="ci"), "ci": pool(intake="scale_set")})
+    )
+    assert twins == [
+        "pools.ci: same scale set as pool 'a' (scope, runner group and name); give one of them its own scale_set_name"
+    ]

@@ -3,6 +3,7 @@ switch the default. Servers and registrations are checked on both far ends, not 
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -258,3 +259,33 @@ def test_a_replaced_user_data_template_is_what_the_servers_boot(
     converge(corral, lambda: cloud_servers(sandbox) == {"small": ["ACTIVE"]}, "a server booted")
     wait_until(lambda: control.get("/stats").json()["counters"].get("servers_without_runner") == 1, what="no JIT")
     assert online_per_pool(sandbox) == {}
+
+
+def test_a_server_and_registration_whose_runner_corral_forgot_are_deleted_on_the_next_look(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str
+) -> None:
+    """The join of both views: whatever left a runner's server and registration behind while corral counts it
+    as deleted (a lost delete, a crash, an operator editing the database), the next look finds and removes them."""
+    document = corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], min_idle=1)})
+    corral = start_corral(document=document)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a warm runner online")
+    (runner,) = corral.runners(pool="small")
+    forgotten = sqlite3.connect(database_url.removeprefix("sqlite:///"))
+    with forgotten:
+        forgotten.execute("UPDATE runners SET state = 'deleted' WHERE id = ?", (runner.id,))
+    forgotten.close()
+    converge(
+        corral,
+        lambda: runner.name not in {registration.name for registration in registrations(sandbox)},
+        "the forgotten runner's registration deleted",
+    )
+    converge(corral, lambda: runner.server_id not in server_ids(sandbox), "and its server")
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a new warm runner in its place")
+
+
+def server_ids(sandbox: Sandbox) -> set[str]:
+    conn = sandbox_connection(sandbox.info)
+    try:
+        return {server.id for server in conn.compute.servers()}
+    finally:
+        conn.close()

@@ -226,3 +226,10 @@ def test_a_presumed_taken_job_is_demand_again_once_github_says_it_is_still_queue
     asked_too_soon = QueuedJob(1, NOW, taken_at + timedelta(seconds=1), 1, taken_at, maybe_taken_at=taken_at)
     asked_after = QueuedJob(2, NOW, taken_at + timedelta(seconds=6), 1, taken_at, maybe_taken_at=taken_at)
     assert demand_of(asked_too_soon, asked_after).wanted == [2], "a still-queued answer counts after confirm_after"
+
+
+def test_a_webhook_never_starts_runners_for_a_scale_set_pool() -> None:
+    """GitHub gives a scale set's jobs to the scale set; a webhook for one matches no pool (no double runner)."""
+    pools = {**POOLS, "ci": pool(["ci"], intake="scale_set")}
+    assert match_pool(["ci"], "octo/app", pools, "small") is None
+    assert match_pool(["self-hosted"], "octo/app", {"ci": pools["ci"]}, "ci") is None

@@ -36,6 +36,12 @@ class PoolView(BaseModel):
     deleting: int
     held_by: str | None
     """The replica acting for the pool (with several on PostgreSQL; on SQLite, always the one answering)."""
+    intake: str = "webhook"
+    """`webhook` or `scale_set`: how the pool hears of its jobs."""
+    scale_set_id: int | None = None
+    session: str | None = None
+    """A scale-set pool's session on the replica holding it: starting, listening, conflict or failing (None
+    when another replica holds the pool: ask that one)."""
 
 
 async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
@@ -57,6 +63,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             busy=states[RunnerState.BUSY],
             queued_jobs=snapshot.queued_jobs,
         )
+        scale_set = engine.scalesets.status(name)
         if name in remote:
             ready, reason = snapshot.ready, snapshot.reason
         else:
@@ -83,6 +90,9 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 failed=states[RunnerState.FAILED],
                 deleting=states[RunnerState.DELETING],
                 held_by=held_by.get(name),
+                intake=pool.intake if pool else "webhook",
+                scale_set_id=scale_set.scale_set_id if scale_set else None,
+                session=scale_set.state.value if scale_set else None,
             )
         )
     return views

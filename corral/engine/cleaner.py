@@ -21,7 +21,7 @@ from corral.engine.backoff import LogOnce
 from corral.engine.observe import Observation
 from corral.engine.transitions import Mover
 from corral.github.client import GitHubClient, GitHubError
-from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS
+from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, ORPHANS_DELETED
 from corral.model import Reason, Runner, RunnerState
 
 logger = logging.getLogger("corral.engine")
@@ -111,6 +111,14 @@ class Cleaner:
 
         return record
 
+    async def delete_orphan_registration(self, runner: Runner, registration_id: int) -> None:
+        """A registration GitHub still lists for a runner corral has already deleted (its deletion failed, or
+        GitHub listed it late): the join of both views catches it on the next look."""
+        logger.warning("deleting registration %s of runner %s, which was already deleted", registration_id, runner.name)
+        ORPHANS_DELETED.labels("registration").inc()
+        await self.delete_registration(runner, registration_id)
+
     async def delete_orphan(self, server: CloudServer) -> None:
         logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)
+        ORPHANS_DELETED.labels("server").inc()
         await self.delete_server(server.id)

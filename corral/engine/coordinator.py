@@ -52,6 +52,7 @@ from corral.engine.messages import Answers
 from corral.engine.observe import Observation, Observer, observe
 from corral.engine.pauses import PoolPauses
 from corral.engine.scaler import Scaler
+from corral.engine.scalesets import ScaleSetIntake
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import Mover
@@ -126,6 +127,9 @@ class Engine:
         self.checker = PoolChecker(
             cloud, self._cloud_threads, self.log_once, clock, lambda: self.config.tuning.pool_recheck
         )
+        self.scalesets = ScaleSetIntake(
+            lambda: self.config, github, store, replica, lambda pool: self.workers.wake(pool), self.log_once
+        )
         self.creator = Creator(
             self.mover,
             cloud,
@@ -135,6 +139,7 @@ class Engine:
             self.log_once,
             max_concurrent_creates=config.cloud.max_concurrent_creates,
             jit_concurrency=config.tuning.jit_concurrency,
+            scale_set_jit=self.scalesets.jit_config,
         )
         self.cleaner = Cleaner(self.mover, cloud, github, self._cloud_threads, self.log_once)
         self.jobs = JobTracker(store, github, self.log_once, clock)
@@ -153,6 +158,7 @@ class Engine:
             status=self.status,
             log_once=self.log_once,
             fence=self.leases.fence,
+            scale_set_statistics=self.scalesets.statistics,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
@@ -199,6 +205,7 @@ class Engine:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         await self.workers.stop()
+        await self.scalesets.close()
         try:
             async with asyncio.timeout(SHUTDOWN_WAIT_S):
                 await self.supervisor.drain()
@@ -277,7 +284,9 @@ class Engine:
         holds (all of them on SQLite)."""
         wanted = set(self.config.pools) | await self.store.run(runners.live_pools)
         self.leases.wanted = wanted | {HOUSEKEEPING}
-        self.workers.ensure(pool for pool in wanted if self.leases.holds(pool))
+        held = {pool for pool in wanted if self.leases.holds(pool)}
+        self.workers.ensure(held)
+        self.scalesets.ensure(held)
 
     async def _lease_tick(self) -> None:
         """Renew, take and hand over pools (PostgreSQL); workers follow what this replica holds."""
@@ -424,9 +433,30 @@ class Engine:
                 continue
             if runner_id not in live and not self.supervisor.busy(runner_id):
                 self.supervisor.start(ActionKind.ORPHAN, f"orphan:{server.id}", self.cleaner.delete_orphan(server))
+        await self._delete_orphan_registrations(observation)
         counts = await self.store.run(jobs.counts)
         for status in JobState:
             JOBS.labels(status.value).set(counts.get(status.value, 0))
+
+    async def _delete_orphan_registrations(self, observation: Observation) -> None:
+        """Registrations GitHub lists for runners corral has already deleted are deleted again. Only names of
+        runners in corral's own table count: another manager's runners in the same organisation are not
+        corral's to judge."""
+        prefix = f"{self.config.name_prefix}-"
+        listed = {
+            registration.name: registration
+            for by_name in observation.registrations.values()
+            for registration in by_name.values()
+            if registration.name.startswith(prefix)
+        }
+        if not listed:
+            return
+        for name, runner in (await self.store.run(runners.deleted_named, list(listed))).items():
+            key = f"orphan-registration:{runner.id}"
+            if self._cleans_up_after(runner.pool) and not self.supervisor.busy(key):
+                self.supervisor.start(
+                    ActionKind.ORPHAN, key, self.cleaner.delete_orphan_registration(runner, listed[name].id)
+                )
 
     def _cleans_up_after(self, pool: str) -> bool:
         """Whether this replica deletes a server of `pool` nobody owns: the pool's holder does, and the holder
@@ -448,6 +478,7 @@ class Engine:
             logger.warning("pool %s: lease lost (a write was refused); another replica acts for it now", name)
             self.leases.held.pop(name, None)
             self.workers.ensure(set(self.workers.keys) - {name})
+            self.scalesets.ensure(set(self.scalesets.listeners) - {name})
             return None
         finally:
             RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
@@ -459,6 +490,8 @@ class Engine:
         generation = observation.generation if observation is not None else 0
         full = self._looked_at.get(name) != generation
         rows = await self.store.run(runners.live_of_pool, name, deleting=full)
+        if not rows and (pool is None or pool.intake != "scale_set") and full:
+            await self.scalesets.forget(name)
         if not rows and pool is None and full:
             await self.status.forget(name)
             self._looked_at.pop(name, None)

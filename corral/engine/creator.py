@@ -28,12 +28,12 @@ from corral.cloud.provider import (
     CloudServer,
     ServerSpec,
 )
-from corral.config import CorralConfig
+from corral.config import CorralConfig, PoolConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
 from corral.engine.transitions import Mover
-from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited
+from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited, JitConfig
 from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, QUEUED_TO_CREATE_SECONDS
 from corral.model import Reason, Runner, RunnerState
 from corral.userdata import UserDataError, render_user_data
@@ -88,7 +88,10 @@ class Creator:
         *,
         max_concurrent_creates: int,
         jit_concurrency: int,
+        scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
     ) -> None:
+        """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
+        scale set itself (they then belong to it); other pools' come from the REST API."""
         self._mover = mover
         self._cloud = cloud
         self._github = github
@@ -98,6 +101,7 @@ class Creator:
         self._threads = ThreadPoolExecutor(max_concurrent_creates, "corral-create")
         self._cloud_slots = asyncio.Semaphore(max_concurrent_creates)
         self._jit_slots = asyncio.Semaphore(jit_concurrency)
+        self._scale_set_jit = scale_set_jit
 
     async def came_online(self, pool: str) -> None:
         """A runner of the pool came online: the whole way from intent to runner works, so any backoff ends.
@@ -128,9 +132,7 @@ class Creator:
         pool = config.pools[runner.pool]
         try:
             async with self._jit_slots:
-                jit = await self._github.generate_jit_config(
-                    pool.scope, runner.name, list(pool.labels), pool.runner_group
-                )
+                jit = await self._jit_config(runner, pool)
         except GitHubError as exc:
             GITHUB_ERRORS.labels(type(exc).__name__).inc()
             reason = Reason.GITHUB_RATE_LIMITED if isinstance(exc, GitHubRateLimited) else Reason.GITHUB_REFUSED
@@ -164,6 +166,11 @@ class Creator:
             await self.fail(creating, self._cloud_failure(runner.pool, exc, config))
             return
         await self._mover.move(creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id)
+
+    async def _jit_config(self, runner: Runner, pool: PoolConfig) -> JitConfig:
+        if pool.intake == "scale_set" and self._scale_set_jit is not None:
+            return await self._scale_set_jit(runner.pool, runner.name)
+        return await self._github.generate_jit_config(pool.scope, runner.name, list(pool.labels), pool.runner_group)
 
     def _cloud_failure(self, pool: str, exc: CloudError, config: CorralConfig) -> Failure:
         if isinstance(exc, CloudQuotaExceeded):

@@ -20,6 +20,7 @@ from corral.engine.creator import Creator
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
+from corral.github.scaleset import Statistics
 from corral.metrics import CAPACITY_REFUSALS
 from corral.model import FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
 from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
@@ -44,6 +45,7 @@ class Scaler:
         status: StatusPublisher,
         log_once: LogOnce,
         fence: Callable[[str], Fence | None] = lambda _: None,
+        scale_set_statistics: Callable[[str], Statistics | None] = lambda _: None,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
         gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
@@ -59,6 +61,7 @@ class Scaler:
         self.status = status
         self.log_once = log_once
         self._fence = fence
+        self._scale_set_statistics = scale_set_statistics
 
     async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
         """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
@@ -69,8 +72,18 @@ class Scaler:
         # oldest uncovered jobs): read no more of a backlog than that.
         covering = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is not None)
         needed = 0 if drained else max(pool.max_runners - states[RunnerState.BUSY], 0) + covering
-        queued, demand, exhausted = await self._demand(name, needed)
-        queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
+        queued: list[QueuedJob] = []
+        demand = Demand()
+        if pool.intake == "scale_set":
+            # GitHub, not corral, gives the scale set's jobs to its idle runners: the pool wants a free runner
+            # for each job assigned to the scale set and not yet running (`min_idle + assigned` in all).
+            statistics = self._scale_set_statistics(name)
+            queued_total = max((statistics.assigned if statistics else 0) - states[RunnerState.BUSY], 0)
+            waiting = queued_total
+        else:
+            queued, demand, exhausted = await self._demand(name, needed)
+            queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
+            waiting = len(demand.wanted)
         if demand.held:
             self.log_once.warning(
                 f"held:{name}",
@@ -82,13 +95,14 @@ class Scaler:
             starting=sum(states[state] for state in STARTING_STATES),
             idle=states[RunnerState.IDLE],
             busy=states[RunnerState.BUSY],
-            queued_jobs=len(demand.wanted),
+            queued_jobs=waiting,
         )
         min_idle, max_runners = (0, 0) if drained else (pool.min_idle, pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         requeue_after: float | None = None
         if plan.create and ready:
-            await self._start(name, current, queued, demand.wanted, plan.create)
+            unbound_demand = pool.intake == "scale_set" and waiting > 0
+            await self._start(name, current, queued, demand.wanted, plan.create, unbound_demand=unbound_demand)
         elif plan.create and self.creator.paused_s(name) > 0:
             requeue_after = self.creator.paused_s(name)
         if plan.surplus_idle:
@@ -133,10 +147,18 @@ class Scaler:
         return queued, demand, False
 
     async def _start(
-        self, name: str, current: list[Runner], queued: list[QueuedJob], wanted: list[int], count: int
+        self,
+        name: str,
+        current: list[Runner],
+        queued: list[QueuedJob],
+        wanted: list[int],
+        count: int,
+        *,
+        unbound_demand: bool = False,
     ) -> None:
         """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
-        creating them. A job is covered while a runner started for it can still take it."""
+        creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
+        runners answer demand that names no job (a scale set's assigned jobs)."""
         pool = self._config().pools[name]
         covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
         uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
@@ -146,7 +168,7 @@ class Scaler:
                 pool=name,
                 scope=pool.scope.key,
                 labels=tuple(pool.labels),
-                reason=Reason.DEMAND if job_id is not None else Reason.WARM,
+                reason=Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM,
                 job_id=job_id,
             )
             for job_id in for_jobs

@@ -304,6 +304,29 @@ class GitHubClient:
         data = response.parsed_data
         return JitConfig(runner_id=data.runner.id, runner_name=data.runner.name, encoded=data.encoded_jit_config)
 
+    async def registration_token(self, scope: ScopeConfig) -> str:
+        """A runner registration token for the scope (valid an hour): what the scale-set protocol exchanges
+        for its Actions service connection. A credential: never log it."""
+        client = await self._client_for(scope)
+        response = await self._call(client, "POST", f"{scope_path(scope)}/actions/runners/registration-token")
+        token = response.json().get("token")
+        if not isinstance(token, str) or not token:
+            raise GitHubError(f"POST {scope_path(scope)}/actions/runners/registration-token: no token in the answer")
+        return token
+
+    @property
+    def api_url(self) -> str:
+        return self._config.url
+
+    def web_url(self, scope: ScopeConfig) -> str:
+        """The scope's address on GitHub's web side (`https://github.com/octo-org`), which the scale-set
+        registration exchange names: the API URL without `api.` or Enterprise Server's `/api/v3`."""
+        url = httpx.URL(self._config.url)
+        host = url.host.removeprefix("api.")
+        path = url.path.rstrip("/").removesuffix("/api/v3")
+        target = scope.org or scope.repo or f"enterprises/{scope.enterprise}"
+        return str(url.copy_with(host=host, path=f"{path}/{target}"))
+
     async def list_runners(self, scope: ScopeConfig) -> list[RegisteredRunner]:
         """Every self-hosted runner registered at the scope, all pages.
 

@@ -22,6 +22,8 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.updated_at,
         POOLS.c.create_failures,
         POOLS.c.create_paused_until,
+        POOLS.c.scale_set_id,
+        POOLS.c.scale_set_session,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -39,6 +41,11 @@ def set_drained(connection: Connection, name: str, drained: bool) -> None:
 def set_create_backoff(connection: Connection, name: str, failures: int, paused_until: datetime | None) -> None:
     """The pool's create backoff as its holder has it now (0 and None when creates go at full speed)."""
     _upsert(connection, name, create_failures=failures, create_paused_until=paused_until)
+
+
+def set_scale_set(connection: Connection, name: str, scale_set_id: int | None, session: str | None) -> None:
+    """A scale-set pool's scale set and the session its holder has open (None: none open)."""
+    _upsert(connection, name, scale_set_id=scale_set_id, scale_set_session=session)
 
 
 _NEW_ROW = {"applied_generation": 0, "ready": False, "removed": False, "drained": False}

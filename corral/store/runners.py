@@ -339,6 +339,18 @@ def live_ids(connection: Connection, ids: Iterable[str]) -> set[str]:
     return found
 
 
+def deleted_named(connection: Connection, names: Iterable[str]) -> dict[str, Runner]:
+    """Of these runner names, those whose runner corral already counts as deleted, by name."""
+    wanted = sorted(set(names))
+    found: dict[str, Runner] = {}
+    for start in range(0, len(wanted), 500):
+        query = select(*COLUMNS).where(
+            RUNNERS.c.name.in_(wanted[start : start + 500]), RUNNERS.c.state == RunnerState.DELETED.value
+        )
+        found.update((runner.name, runner) for runner in map(to_runner, connection.execute(query)))
+    return found
+
+
 def events(connection: Connection, runner_id: str) -> list[RunnerEvent]:
     query = select(
         EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at

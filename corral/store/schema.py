@@ -151,6 +151,11 @@ class PoolStatus(Base):
     create_paused_until: Mapped[datetime | None]
     """No create before then. Kept here, not only in the holder's memory, so a replica taking the pool over
     backs off as its former owner did instead of retrying a broken cloud at full speed."""
+    scale_set_id: Mapped[int | None] = mapped_column(BigInteger)
+    """A scale-set pool's scale set on GitHub, as its holder last found or created it."""
+    scale_set_session: Mapped[str | None] = mapped_column(String(64))
+    """The message session its holder has open: a holder that took the pool over (or corral restarted after
+    kill -9) ends this one instead of waiting for GitHub to expire it (409 until then)."""
     updated_at: Mapped[datetime]
 
 

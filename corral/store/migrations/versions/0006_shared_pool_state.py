@@ -1,4 +1,4 @@
-"""Backoffs and redelivery bookkeeping in the database: a pool taken over by another replica keeps its backoff
+"""Pool state every replica shares: create backoffs, redelivery counts, a scale-set pool's scale set and session
 
 Revision ID: 0006
 Revises: 0005
@@ -23,6 +23,8 @@ def upgrade() -> None:
     with op.batch_alter_table("pool_status") as batch:
         batch.add_column(sa.Column("create_failures", sa.Integer(), nullable=False, server_default="0"))
         batch.add_column(sa.Column("create_paused_until", when, nullable=True))
+        batch.add_column(sa.Column("scale_set_id", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("scale_set_session", sa.String(length=64), nullable=True))
     op.create_table(
         "redelivery_requests",
         sa.Column("guid", sa.String(length=64), primary_key=True),
@@ -36,5 +38,7 @@ def downgrade() -> None:
     op.drop_index("ix_redelivery_requests_asked_at", table_name="redelivery_requests")
     op.drop_table("redelivery_requests")
     with op.batch_alter_table("pool_status") as batch:
+        batch.drop_column("scale_set_session")
+        batch.drop_column("scale_set_id")
         batch.drop_column("create_paused_until")
         batch.drop_column("create_failures")

@@ -1,0 +1,355 @@
+"""Scale-set pools: a runner scale set per pool and one message session on it, held by the pool's holder.
+
+A pool with `intake: scale_set` hears of its jobs from GitHub's Actions service instead of webhooks. Its
+listener (one task per such pool, on the replica holding the pool's lease) finds or creates the scale set,
+opens the one session GitHub allows on it, and long-polls the session's queue. Each message carries the
+scale set's statistics; the pool then wants `min(max_runners, min_idle + assigned jobs)` runners, which
+the scaler reads from `statistics`. Statistics are absolute, so a message handled twice (it came again
+before its acknowledgement landed) changes nothing twice.
+
+Recovery is the point of this module, because it is where the other managers fail:
+- a session conflict (409) is most often this pool's own session left by a corral killed -9 or a replica
+  that lost the lease: its id is kept in the pool's status row, so it is deleted and the session opened
+  again at once; an unknown one is waited out with backoff (it ends when its owner stops polling), counted
+  in `corral_scale_set_recoveries_total{kind="session_conflict"}` and logged once a minute;
+- an expired queue token is refreshed (`PATCH` the session), an evicted session is opened anew, a scale
+  set GitHub deleted (it does after days idle) is created again, the admin token is renewed a minute
+  before it expires (`ActionsService`);
+- any other error backs the listener off (1 s doubling to 60 s) and is logged once and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from corral.config import CorralConfig, PoolConfig, ScopeConfig
+from corral.engine.backoff import Backoff, LogOnce
+from corral.github.client import GitHubClient, GitHubError, JitConfig
+from corral.github.scaleset import (
+    ActionsService,
+    NotFound,
+    QueueMessage,
+    QueueTokenExpired,
+    ScaleSet,
+    Session,
+    SessionConflict,
+    Statistics,
+)
+from corral.metrics import SCALE_SET_MESSAGES, SCALE_SET_POLLS, SCALE_SET_RECOVERIES
+from corral.store import Store, pools
+
+logger = logging.getLogger("corral.scalesets")
+
+
+class SessionState(StrEnum):
+    STARTING = "starting"
+    LISTENING = "listening"
+    CONFLICT = "conflict"
+    """Another session holds the scale set; waited out with backoff."""
+    FAILING = "failing"
+    """The last attempt failed; trying again with backoff (`error` says why)."""
+
+
+@dataclass(frozen=True)
+class ScaleSetStatus:
+    """What the API and dashboard show of a scale-set pool's intake."""
+
+    scale_set_id: int | None = None
+    state: SessionState = SessionState.STARTING
+    statistics: Statistics | None = None
+    error: str | None = None
+
+
+def scale_set_name(name: str, pool: PoolConfig) -> str:
+    return pool.scale_set_name or name
+
+
+class ScaleSetListener:
+    """One pool's scale set and session, for as long as this replica holds the pool."""
+
+    def __init__(
+        self,
+        pool: str,
+        config: Callable[[], CorralConfig],
+        service: ActionsService,
+        store: Store,
+        owner: str,
+        on_statistics: Callable[[str], None],
+        log_once: LogOnce,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self._config = config
+        self._service = service
+        self._store = store
+        self._owner = owner
+        self._on_statistics = on_statistics
+        self._log_once = log_once
+        self._clock = clock
+        self.status = ScaleSetStatus()
+        self._scale_set: ScaleSet | None = None
+        self._session: Session | None = None
+        self._last_message_id = 0
+
+    @property
+    def scale_set_id(self) -> int | None:
+        return self._scale_set.id if self._scale_set else None
+
+    def _settings(self) -> PoolConfig:
+        return self._config().pools[self.pool]
+
+    async def run(self) -> None:
+        """Listen until cancelled, recovering from whatever the service does."""
+        backoff = Backoff(base_s=1.0, cap_s=60.0, clock=self._clock)
+        while True:
+            try:
+                await self._ensure_scale_set()
+                await self._open_session()
+                backoff.succeeded()
+                self._log_once.clear(f"scaleset:{self.pool}")
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except SessionConflict:
+                wait = backoff.failed()
+                SCALE_SET_RECOVERIES.labels("session_conflict").inc()
+                self.status = replace(self.status, state=SessionState.CONFLICT, error="another session holds it")
+                self._log_once.warning(
+                    f"scaleset:{self.pool}",
+                    f"pool {self.pool}: scale set {self.scale_set_id} has a session corral does not know "
+                    f"(another corral on this scale set, or one that ended without closing it); waiting it out, "
+                    f"next try in {wait:.0f}s",
+                )
+                await asyncio.sleep(wait)
+            except NotFound:
+                # The scale set went (GitHub deletes idle ones): create it again, at once.
+                SCALE_SET_RECOVERIES.labels("scale_set_gone").inc()
+                logger.warning(
+                    "pool %s: scale set %s is gone on GitHub; creating it again", self.pool, self.scale_set_id
+                )
+                self._scale_set = None
+                self._session = None
+            except (GitHubError, KeyError, ValueError) as exc:
+                wait = backoff.failed()
+                SCALE_SET_RECOVERIES.labels("error").inc()
+                self.status = replace(self.status, state=SessionState.FAILING, error=str(exc)[:300])
+                self._log_once.warning(
+                    f"scaleset:{self.pool}", f"pool {self.pool}: scale set intake failed, again in {wait:.0f}s: {exc}"
+                )
+                await asyncio.sleep(wait)
+
+    async def _ensure_scale_set(self) -> None:
+        """Find or create the pool's scale set; bring its labels and group in line with the config."""
+        pool = self._settings()
+        name = scale_set_name(self.pool, pool)
+        group_id = await self._service.runner_group_id(pool.runner_group)
+        labels = list(pool.labels)
+        current = self._scale_set
+        if current is None or current.name != name or current.runner_group_id != group_id:
+            current = await self._service.find_scale_set(group_id, name)
+        if current is None:
+            current = await self._service.create_scale_set(name, group_id, labels)
+            logger.info("pool %s: scale set %r created (id %d)", self.pool, name, current.id)
+        elif list(current.labels) != labels or current.runner_group_id != group_id:
+            current = await self._service.update_scale_set(current.id, name, group_id, labels)
+            logger.info("pool %s: scale set %r updated (id %d)", self.pool, name, current.id)
+        self._scale_set = current
+        self.status = replace(self.status, scale_set_id=current.id)
+
+    async def _open_session(self) -> None:
+        """Open the scale set's session; a conflict with this pool's own earlier session is taken over."""
+        assert self._scale_set is not None
+        if self._session is not None:
+            return
+        try:
+            session = await self._service.create_session(self._scale_set.id, self._owner)
+        except SessionConflict:
+            stale = (await self._store.run(pools.statuses)).get(self.pool)
+            stale_id = stale.scale_set_session if stale else None
+            if not stale_id:
+                raise
+            # The session is this pool's own, left by a corral that was killed or lost the lease: this
+            # replica holds the pool now, so end that session and open ours.
+            SCALE_SET_RECOVERIES.labels("session_taken_over").inc()
+            logger.warning("pool %s: taking over session %s left by an earlier holder", self.pool, stale_id)
+            old = Session(stale_id, self._scale_set.id, "", "", Statistics())
+            with contextlib.suppress(NotFound):
+                await self._service.delete_session(old)
+            await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, None)
+            session = await self._service.create_session(self._scale_set.id, self._owner)
+        await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, session.id)
+        self._session = session
+        self._last_message_id = 0
+        self._take(session.statistics)
+        self.status = replace(self.status, state=SessionState.LISTENING, error=None)
+        logger.info("pool %s: listening on scale set %d (session %s)", self.pool, self._scale_set.id, session.id)
+
+    async def _listen(self) -> None:
+        """Poll, handle and acknowledge messages; returns when the session must be opened anew."""
+        while self._session is not None:
+            session = self._session
+            try:
+                message = await self._service.get_message(session, self._last_message_id, self._settings().max_runners)
+            except QueueTokenExpired:
+                SCALE_SET_RECOVERIES.labels("queue_token_refreshed").inc()
+                self._session = await self._service.refresh_session(session)
+                continue
+            except NotFound:
+                SCALE_SET_RECOVERIES.labels("session_evicted").inc()
+                logger.warning("pool %s: the session was ended on GitHub's side; opening a new one", self.pool)
+                self._session = None
+                await self._store.run(pools.set_scale_set, self.pool, self.scale_set_id, None)
+                return
+            if message is None:
+                SCALE_SET_POLLS.labels("empty").inc()
+                continue
+            SCALE_SET_POLLS.labels("message").inc()
+            await self._handle(session, message)
+
+    async def _handle(self, session: Session, message: QueueMessage) -> None:
+        """Acknowledge first (as GitHub's own listener does), then acquire what is available, then scale."""
+        fresh = message.id > self._last_message_id
+        try:
+            await self._service.delete_message(session, message.id)
+        except QueueTokenExpired:
+            self._session = session = await self._service.refresh_session(session)
+            await self._service.delete_message(session, message.id)
+        self._last_message_id = max(self._last_message_id, message.id)
+        if not fresh:
+            return
+        for job in message.jobs:
+            SCALE_SET_MESSAGES.labels(job.kind if job.kind in KNOWN_KINDS else "other").inc()
+        available = [job.runner_request_id for job in message.jobs if job.kind == "JobAvailable"]
+        if available:
+            await self._service.acquire_jobs(session, available)
+        self._take(message.statistics)
+
+    def _take(self, statistics: Statistics) -> None:
+        self.status = replace(self.status, statistics=statistics)
+        self._on_statistics(self.pool)
+
+    async def close(self) -> None:
+        """A clean stop: end the session, so the next holder opens one at once."""
+        if self._session is None:
+            return
+        session, self._session = self._session, None
+        try:
+            await self._service.delete_session(session)
+            await self._store.run(pools.set_scale_set, self.pool, session.scale_set_id, None)
+        except (GitHubError, OSError) as exc:
+            logger.warning("pool %s: could not close the scale set session: %s", self.pool, exc)
+
+    async def delete_scale_set(self) -> None:
+        """The pool is gone and so are its runners: its scale set goes too (one already gone is fine)."""
+        if self._scale_set is None:
+            return
+        with contextlib.suppress(NotFound):
+            await self._service.delete_scale_set(self._scale_set.id)
+        logger.info("pool %s: scale set %d deleted", self.pool, self._scale_set.id)
+        self._scale_set = None
+
+    async def jit_config(self, runner_name: str) -> JitConfig:
+        """A JIT config from the scale set itself: its runners belong to the scale set."""
+        if self._scale_set is None:
+            await self._ensure_scale_set()
+        assert self._scale_set is not None
+        return await self._service.generate_jit_config(self._scale_set.id, runner_name)
+
+
+KNOWN_KINDS = frozenset({"JobAvailable", "JobAssigned", "JobStarted", "JobCompleted"})
+
+
+class ScaleSetIntake:
+    """The listeners of the scale-set pools this replica holds, and the Actions service connections."""
+
+    def __init__(
+        self,
+        config: Callable[[], CorralConfig],
+        github: GitHubClient,
+        store: Store,
+        owner: str,
+        on_statistics: Callable[[str], None],
+        log_once: LogOnce,
+    ) -> None:
+        self._config = config
+        self._github = github
+        self._store = store
+        self._owner = owner
+        self._on_statistics = on_statistics
+        self._log_once = log_once
+        self._services: dict[str, ActionsService] = {}
+        self.listeners: dict[str, ScaleSetListener] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._retiring: dict[str, ScaleSetListener] = {}
+        """Listeners of pools taken out of scale-set intake, kept to delete their scale set at the end."""
+
+    def _service(self, scope: ScopeConfig) -> ActionsService:
+        service = self._services.get(scope.key)
+        if service is None:
+            service = self._services[scope.key] = ActionsService(self._github, scope)
+        return service
+
+    def ensure(self, held: set[str]) -> None:
+        """A listener for every scale-set pool in `held`; those of other pools are stopped. A pool removed
+        from the configuration keeps its scale set until its last runner is gone (`forget`)."""
+        config = self._config()
+        wanted = {name for name in held if name in config.pools and config.pools[name].intake == "scale_set"}
+        for name in set(self.listeners) - wanted:
+            if name not in config.pools or config.pools[name].intake != "scale_set":
+                self._retiring[name] = self.listeners[name]
+        for name in wanted - set(self.listeners):
+            listener = ScaleSetListener(
+                name,
+                self._config,
+                self._service(config.pools[name].scope),
+                self._store,
+                self._owner,
+                self._on_statistics,
+                self._log_once,
+            )
+            self.listeners[name] = listener
+            self._tasks[name] = asyncio.get_running_loop().create_task(listener.run(), name=f"corral-scaleset-{name}")
+        for name in set(self.listeners) - wanted:
+            self._stop(name)
+
+    def _stop(self, name: str) -> None:
+        listener = self.listeners.pop(name)
+        task = self._tasks.pop(name)
+        task.cancel()
+        asyncio.get_running_loop().create_task(listener.close(), name=f"corral-scaleset-close-{name}")
+
+    async def forget(self, name: str) -> None:
+        """A pool removed from scale-set intake has no runner left: delete its scale set on GitHub."""
+        listener = self._retiring.pop(name, None)
+        if listener is not None:
+            await listener.delete_scale_set()
+
+    def statistics(self, name: str) -> Statistics | None:
+        listener = self.listeners.get(name)
+        return listener.status.statistics if listener else None
+
+    def status(self, name: str) -> ScaleSetStatus | None:
+        listener = self.listeners.get(name)
+        return listener.status if listener else None
+
+    async def jit_config(self, name: str, runner_name: str) -> JitConfig:
+        listener = self.listeners.get(name)
+        if listener is None:
+            raise GitHubError(f"pool {name}: its scale set is not being listened to on this replica")
+        return await listener.jit_config(runner_name)
+
+    async def close(self) -> None:
+        for name in list(self.listeners):
+            listener = self.listeners.pop(name)
+            task = self._tasks.pop(name)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await listener.close()
+        for service in self._services.values():
+            await service.aclose()
