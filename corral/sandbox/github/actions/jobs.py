@@ -1,0 +1,309 @@
+"""Jobs for runner scale sets: routing, assignment, acquisition, runner hand-off, and the messages they make.
+
+A job whose labels are all labels of a scale set that serves its repository (a set is labelled with its name
+unless created with other labels) belongs to scale sets, not to classic runners; one queued before such a set
+exists moves to it when the set appears, and goes back to classic runners if every set that fitted it is
+deleted before it started.
+
+On github.com (the default) GitHub assigns the job to a set itself, filling each fitting set up to the
+capacity its listener last advertised (`X-ScaleSetMaxCapacity`; no limit before it advertises one), oldest
+set first: `JobAssigned`. With `requires_acquire` (Enterprise Server) the job is announced to every fitting
+set with a live session (`JobAvailable`) and the first `acquirejobs` for it wins: `JobAssigned`.
+
+GitHub then picks an idle runner of the set and assigns it the job; the runner picks it up (`JobStarted`),
+runs it and the job completes (`JobCompleted` with `succeeded`, `failed` or `canceled`). A runner that does
+not pick its job up within `reassign_after_s` (the `scaleset_pickup_stall_rate` fault makes one hang) costs
+that attempt: `JobCompleted` `canceled` for it, and the job is requeued to the scale sets with a new runner
+request, three times at most; when the fourth assignment is not picked up either, the job fails. The
+workflow_job webhooks are those of any job: queued, in_progress when a runner picks it up, completed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+from corral.sandbox.github.actions import views
+from corral.sandbox.github.actions.model import ScaleSet, ScaleSetJob, Tenant
+from corral.sandbox.github.actions.registry import Registry
+from corral.sandbox.github.actions.sessions import Sessions
+from corral.sandbox.github.actions.settings import MAX_REQUEUES, ActionsSettings
+from corral.sandbox.github.clock import utcnow
+from corral.sandbox.github.model import Job, Runner
+from corral.sandbox.github.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from corral.sandbox.world import World
+
+RESULTS = {"success": "succeeded", "failure": "failed", "cancelled": "canceled"}
+"""A REST conclusion as a `JobCompleted` result (the service's TaskResult names)."""
+
+ACQUIRE_PATH = "_apis/runtime/runnerscalesets/{}/acquirejobs"
+
+JOB_ID_NAMESPACE = uuid.UUID("7d3c8a1e-5b2f-4c6d-9e0a-1f2b3c4d5e6f")
+
+
+class JobRouter:
+    def __init__(
+        self,
+        world: World,
+        scheduler: Scheduler,
+        registry: Registry,
+        sessions: Sessions,
+        settings: Callable[[], ActionsSettings],
+        service_url: Callable[[Tenant], str],
+    ) -> None:
+        self.world = world
+        self.scheduler = scheduler
+        self.registry = registry
+        self.sessions = sessions
+        self._settings = settings
+        self._service_url = service_url
+        self.tracked: dict[int, ScaleSetJob] = {}
+        """Unfinished scale-set jobs by REST job id, oldest first."""
+        self.finished: dict[int, ScaleSetJob] = {}
+        """Completed ones, as they last were (for the control API)."""
+        self._request_ids = count(1)
+        self.reserved: dict[int, int] = {}
+        """Runner id -> job id: runners assigned a job they have not picked up."""
+        self.stalled: set[int] = set()
+        """Runners that hung on a job they were assigned: GitHub assigns them nothing more."""
+        self._scheduling = False
+        self._again = False
+
+    # -- the scheduler's delegate ----------------------------------------------------------------
+
+    def claim(self, job: Job) -> bool:
+        if not self.registry.matching(job.repo, job.labels):
+            return False
+        self._track(job)
+        self.schedule()
+        return True
+
+    def runner_online(self, runner: Runner) -> None:
+        self.schedule()
+
+    def adopt_queued(self) -> None:
+        """Move waiting classic jobs that a new or changed scale set now fits onto the scale-set path."""
+        for job in self.scheduler.queued():
+            if self.registry.matching(job.repo, job.labels):
+                self.scheduler.withdraw(job)
+                self._track(job)
+        self.schedule()
+
+    def _track(self, job: Job) -> None:
+        guid = str(uuid.uuid5(JOB_ID_NAMESPACE, str(job.id)))
+        self.tracked[job.id] = ScaleSetJob(job=job, job_guid=guid, request_id=next(self._request_ids))
+
+    # -- placement -------------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Place waiting jobs on scale sets and assigned jobs on idle runners, until nothing moves."""
+        if self._scheduling:
+            self._again = True
+            return
+        self._scheduling = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                self._place()
+                for scale_set in list(self.registry.scale_sets.values()):
+                    self._hand_to_runners(scale_set)
+        finally:
+            self._scheduling = False
+
+    def _place(self) -> None:
+        for tracked in list(self.tracked.values()):
+            if tracked.state not in ("pending", "available"):
+                continue
+            fitting = self.registry.matching(tracked.job.repo, tracked.job.labels)
+            if not fitting:
+                del self.tracked[tracked.job.id]
+                self.scheduler.enqueue(tracked.job)
+            elif self._settings().requires_acquire:
+                tracked.state = "available"
+                for scale_set in fitting:
+                    if scale_set.id not in tracked.announced and self.sessions.active(scale_set.id) is not None:
+                        tracked.announced.add(scale_set.id)
+                        url = f"{self._service_url(scale_set.tenant)}{ACQUIRE_PATH.format(scale_set.id)}"
+                        self.sessions.emit(scale_set.id, views.job_message("JobAvailable", tracked, acquireJobUrl=url))
+            else:
+                room = next((s for s in fitting if self._has_room(s)), None)
+                if room is not None:
+                    self._assign(tracked, room)
+
+    def _has_room(self, scale_set: ScaleSet) -> bool:
+        if scale_set.capacity is None:
+            return True
+        assigned = sum(1 for t in self.tracked.values() if t.scale_set_id == scale_set.id)
+        return assigned < scale_set.capacity
+
+    def _assign(self, tracked: ScaleSetJob, scale_set: ScaleSet) -> None:
+        tracked.state = "assigned"
+        tracked.scale_set_id = scale_set.id
+        tracked.scale_set_assign_time = utcnow()
+        self.sessions.emit(scale_set.id, views.job_message("JobAssigned", tracked))
+
+    def idle_runners(self, scale_set: ScaleSet) -> list[Runner]:
+        return [
+            r
+            for r in self.scheduler.in_scope(scale_set.scope)
+            if r.scale_set_id == scale_set.id
+            and r.status == "online"
+            and not r.busy
+            and r.id not in self.reserved
+            and r.id not in self.stalled
+        ]
+
+    def _hand_to_runners(self, scale_set: ScaleSet) -> None:
+        waiting = [t for t in self.tracked.values() if t.scale_set_id == scale_set.id and t.state == "assigned"]
+        for tracked, runner in zip(waiting, self.idle_runners(scale_set), strict=False):
+            tracked.state = "runner_assigned"
+            tracked.runner_id = runner.id
+            tracked.runner_name = runner.name
+            tracked.runner_assign_time = utcnow()
+            if self.world.faults.chance(self.world.faults.world.scaleset_pickup_stall_rate):
+                self.world.stats.incr("scaleset_pickups_stalled")
+                self.stalled.add(runner.id)
+                self.reserved[runner.id] = tracked.job.id
+                self.world.call_later(
+                    self._settings().reassign_after_s, self._not_picked_up, tracked.job.id, tracked.request_id
+                )
+            else:
+                tracked.state = "running"
+                self.scheduler.start(tracked.job, runner)
+
+    def _not_picked_up(self, job_id: int, request_id: int) -> None:
+        tracked = self.tracked.get(job_id)
+        if tracked is None or tracked.request_id != request_id or tracked.state != "runner_assigned":
+            return
+        if tracked.runner_id is not None:
+            self.reserved.pop(tracked.runner_id, None)
+        if tracked.requeues >= MAX_REQUEUES:
+            self.world.stats.incr("scaleset_jobs_never_picked_up")
+            self.scheduler.fail_unstarted(tracked.job)
+            return
+        self.world.stats.incr("scaleset_jobs_requeued")
+        if tracked.scale_set_id is not None:
+            canceled = views.job_message(
+                "JobCompleted",
+                tracked,
+                result="canceled",
+                runnerId=tracked.runner_id or 0,
+                runnerName=tracked.runner_name or "",
+                finishTime=views.time(utcnow()),
+            )
+            self.sessions.emit(tracked.scale_set_id, canceled)
+        self.tracked[job_id] = self._next_attempt(tracked, tracked.requeues + 1)
+        self.schedule()
+
+    def _next_attempt(self, tracked: ScaleSetJob, requeues: int) -> ScaleSetJob:
+        """The job back in line for the scale sets, as a new runner request."""
+        return ScaleSetJob(
+            job=tracked.job, job_guid=tracked.job_guid, request_id=next(self._request_ids), requeues=requeues
+        )
+
+    # -- acquisition (Enterprise Server) ---------------------------------------------------------
+
+    def acquire(self, scale_set: ScaleSet, request_ids: list[int]) -> list[int]:
+        """The requests this set now holds: those it was first to acquire, and those already its own."""
+        wanted = set(request_ids)
+        acquired = []
+        for tracked in list(self.tracked.values()):
+            if tracked.request_id not in wanted:
+                continue
+            if tracked.state == "available" and scale_set.serves(tracked.job.repo, tracked.job.labels):
+                tracked.acquired = True
+                self._assign(tracked, scale_set)
+                acquired.append(tracked.request_id)
+            elif tracked.scale_set_id == scale_set.id:
+                acquired.append(tracked.request_id)
+        self.schedule()
+        return acquired
+
+    def session_opened(self, scale_set: ScaleSet) -> None:
+        """A new listener is told again about every job still waiting to be acquired."""
+        for tracked in self.tracked.values():
+            tracked.announced.discard(scale_set.id)
+        self.schedule()
+
+    def scale_set_removed(self, scale_set: ScaleSet) -> None:
+        """Jobs the set held but no runner started go back to waiting for a set (or a classic runner)."""
+        for job_id, tracked in list(self.tracked.items()):
+            if tracked.scale_set_id == scale_set.id and tracked.state in ("assigned", "runner_assigned"):
+                if tracked.runner_id is not None:
+                    self.reserved.pop(tracked.runner_id, None)
+                self.tracked[job_id] = self._next_attempt(tracked, tracked.requeues)
+            else:
+                tracked.announced.discard(scale_set.id)
+        self.schedule()
+
+    # -- job events (from the scheduler, through GitHubState) ------------------------------------
+
+    def job_event(self, job: Job, action: str) -> None:
+        tracked = self.tracked.get(job.id)
+        if tracked is None:
+            return
+        if action == "completed":
+            self._completed(tracked)
+            return
+        set_id = tracked.scale_set_id
+        if action != "in_progress" or set_id is None:
+            return
+        scale_set = self.registry.scale_sets.get(set_id)
+        if scale_set is not None:
+            job.runner_group_name = self.registry.group(scale_set.scope, scale_set.group_id).name
+        self.sessions.emit(
+            set_id, views.job_message("JobStarted", tracked, runnerId=job.runner_id, runnerName=job.runner_name)
+        )
+
+    def _completed(self, tracked: ScaleSetJob) -> None:
+        job = tracked.job
+        del self.tracked[job.id]
+        self.finished[job.id] = tracked
+        if tracked.runner_id is not None:
+            self.reserved.pop(tracked.runner_id, None)
+        if tracked.scale_set_id is not None:
+            completed = views.job_message(
+                "JobCompleted",
+                tracked,
+                result=RESULTS.get(job.conclusion or "", "failed"),
+                runnerId=tracked.runner_id or 0,
+                runnerName=tracked.runner_name or "",
+            )
+            self.sessions.emit(tracked.scale_set_id, completed)
+        self.schedule()
+
+    # -- what the service reports ----------------------------------------------------------------
+
+    def statistics(self, scale_set: ScaleSet) -> dict[str, int]:
+        mine = [t for t in self.tracked.values() if t.scale_set_id == scale_set.id]
+        runners = [r for r in self.scheduler.in_scope(scale_set.scope) if r.scale_set_id == scale_set.id]
+        available = sum(
+            1 for t in self.tracked.values() if t.state == "available" and scale_set.serves(t.job.repo, t.job.labels)
+        )
+        return {
+            "totalAvailableJobs": available,
+            "totalAcquiredJobs": sum(1 for t in mine if t.acquired),
+            "totalAssignedJobs": len(mine),
+            "totalRunningJobs": sum(1 for t in mine if t.state == "running"),
+            "totalRegisteredRunners": len(runners),
+            "totalBusyRunners": sum(1 for r in runners if r.busy),
+            "totalIdleRunners": len(self.idle_runners(scale_set)),
+        }
+
+    def view(self, job_id: int) -> dict[str, Any] | None:
+        """What the control API shows of a job's life on the scale-set path."""
+        tracked = self.tracked.get(job_id) or self.finished.get(job_id)
+        if tracked is None:
+            return None
+        return {
+            "job_id": tracked.job_guid,
+            "runner_request_id": tracked.request_id,
+            "state": "completed" if job_id in self.finished else tracked.state,
+            "scale_set_id": tracked.scale_set_id,
+            "requeues": tracked.requeues,
+        }
