@@ -23,12 +23,13 @@ import httpx
 from jsonschema import Draft202012Validator
 
 from corral.sandbox.server import Sandbox
+from tests.waiting import wait_until
 
 API_VERSION = "6.0-preview"
 SCHEMA_PATH = Path(__file__).parent.parent / "fixtures" / "scaleset" / "actions-service.schema.json"
 SCALE_SETS = "_apis/runtime/runnerscalesets"
 AGENTS = "_apis/distributedtask/pools/0/agents"
-FAST = {"long_poll_s": 0.3}
+FAST = {"long_poll_s": 0.1}
 """Settings every test starts from: GitHub holds a poll ~50 s, these tests do not wait that long for a 202."""
 
 
@@ -240,6 +241,15 @@ def boot_server(conn: Any, name: str, user_data: str) -> Any:
     )
 
 
-def start_runner(sandbox: Sandbox, encoded_jit_config: str, server_id: str) -> None:
-    """A guest that starts the runner at once (the world's bridge, without booting through the cloud)."""
-    sandbox.call(lambda: sandbox.world.server_active(server_id, encoded_jit_config.encode()))
+def start_runner(sandbox: Sandbox, config: dict[str, Any], server_id: str) -> None:
+    """A guest that starts a scale set's runner (the world's bridge, without booting through the cloud);
+    returns once the runner came online (and may already have taken a job)."""
+    github = sandbox.world.github
+    runner_id = config["runner"]["id"]
+    sandbox.call(lambda: sandbox.world.server_active(server_id, config["encodedJITConfig"].encode()))
+
+    def online() -> bool:
+        runner = github.scheduler.runners.get(runner_id)
+        return runner is None or runner.status == "online"
+
+    wait_until(lambda: sandbox.call(online), what=f"runner {runner_id} online")

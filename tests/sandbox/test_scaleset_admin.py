@@ -153,7 +153,7 @@ def test_jit_config_registers_a_runner_of_the_scale_set(client: ScaleSetClient) 
     assert [(r.id, r.name, r.status) for r in listed.runners] == [(runner["id"], "linux-runner-1", "offline")]
     stats = checked(client.call("GET", f"{SCALE_SETS}/{scale_set['id']}"), 200, "runnerScaleSet")["statistics"]
     assert (stats["totalRegisteredRunners"], stats["totalIdleRunners"]) == (1, 0)
-    start_runner(client.sandbox, config["encodedJITConfig"], "server-1")
+    start_runner(client.sandbox, config, "server-1")
     stats = checked(client.call("GET", f"{SCALE_SETS}/{scale_set['id']}"), 200, "runnerScaleSet")["statistics"]
     assert (stats["totalRegisteredRunners"], stats["totalIdleRunners"], stats["totalBusyRunners"]) == (1, 1, 0)
 
@@ -175,7 +175,7 @@ def test_runners_by_id_and_name_and_their_removal(client: ScaleSetClient, contro
     # busy: a runner running a job cannot be removed
     config = client.jit_config(scale_set["id"], "linux-runner-2")
     control.post("/jobs", json={"repo": "octo-org/app", "labels": ["linux"], "duration": 600}).raise_for_status()
-    start_runner(client.sandbox, config["encodedJITConfig"], "server-2")
+    start_runner(client.sandbox, config, "server-2")
     busy = config["runner"]["id"]
     wait_until(
         lambda: client.sandbox.call(lambda: client.sandbox.world.github.scheduler.runners[busy].busy), what="busy"
