@@ -57,6 +57,10 @@ def register_scaleset_routes(router: APIRouter, world: World) -> None:
         """Every scale set: its tenant, labels, advertised capacity, session and statistics."""
         return service().view()
 
+    @router.get("/scalesets/settings")
+    async def get_settings() -> dict[str, Any]:
+        return dataclasses.asdict(service().settings)
+
     @router.put("/scalesets/settings")
     async def put_settings(body: ScaleSetSettingsRequest) -> dict[str, Any]:
         """Change the Actions service's switches and timings (see `ActionsSettings`); answers all of them."""

@@ -195,3 +195,16 @@ def test_doubled_slashes_are_served_and_answers_carry_an_activity_id(client: Sca
     response = client.http.get(url, headers={"Authorization": f"Bearer {client.admin_token}"})
     assert checked(response, 200, "runnerScaleSetList")["count"] == 0
     assert len(response.headers["ActivityId"]) == 36
+
+
+def test_endpoint_faults_reach_the_actions_service_in_its_error_shape(
+    client: ScaleSetClient, control: httpx.Client
+) -> None:
+    assert control.get("/scalesets/settings").json()["long_poll_s"] == FAST["long_poll_s"]
+    fault = {"match": "github GET /_actions/{tenant}/_apis/runtime/runnerscalesets", "error_rate": 1.0, "count": 1}
+    control.put("/faults", json={"endpoints": [{**fault, "status": 503}]}).raise_for_status()
+    error(client.call("GET", SCALE_SETS), 503, "Exception")
+    assert client.call("GET", SCALE_SETS).status_code == 200
+    calls = control.get("/stats").json()["api_calls"]["github"]
+    assert calls["GET /_actions/{tenant}/_apis/runtime/runnerscalesets"] == 2
+    assert calls["POST /actions/runner-registration"] == 1

@@ -332,3 +332,27 @@ def test_a_scale_set_github_deletes_loses_its_session_and_runners_and_its_jobs_w
     again = client.create_scale_set("linux")
     assert again["id"] != scale_set["id"]
     assert job(control, queued["id"])["scale_set"]["scale_set_id"] == again["id"]
+
+
+def test_a_job_run_by_a_scale_set_in_a_runner_group_reports_that_group(
+    client: ScaleSetClient, control: httpx.Client, webhook_receiver: WebhookReceiver
+) -> None:
+    group = control.post("/runner-groups", json={"scope": "orgs/octo-org", "name": "gpu"}).json()
+    scale_set = client.create_scale_set("gpu", group_id=group["id"])
+    start_runner(client.sandbox, client.jit_config(scale_set["id"], "gpu-1"), "server-gpu")
+    queued = submit(control, ["gpu"])
+
+    def in_progress() -> dict[str, Any] | None:
+        for delivery in webhook_receiver.snapshot():
+            payload = json.loads(delivery.body)
+            if delivery.headers.get("X-GitHub-Event") == "workflow_job" and payload["action"] == "in_progress":
+                found: dict[str, Any] = payload["workflow_job"]
+                return found
+        return None
+
+    webhook_job = wait_until(in_progress, what="the in_progress webhook")
+    assert (webhook_job["id"], webhook_job["runner_group_id"], webhook_job["runner_group_name"]) == (
+        queued["id"],
+        group["id"],
+        "gpu",
+    )

@@ -223,7 +223,7 @@ class Scheduler:
         job.runner_id = runner.id
         job.runner_name = runner.name
         job.runner_group_id = runner.group_id
-        job.runner_group_name = DEFAULT_GROUP_NAME
+        job.runner_group_name = job.runner_group_name or DEFAULT_GROUP_NAME  # a scale set names its group
         job.run.status = "in_progress"
         job.run.run_started_at = now
         job.run.updated_at = now

@@ -174,6 +174,7 @@ class JobRouter:
                 )
             else:
                 tracked.state = "running"
+                tracked.job.runner_group_name = self.registry.group(scale_set.scope, scale_set.group_id).name
                 self.scheduler.start(tracked.job, runner)
 
     def _not_picked_up(self, job_id: int, request_id: int) -> None:
@@ -253,9 +254,6 @@ class JobRouter:
         set_id = tracked.scale_set_id
         if action != "in_progress" or set_id is None:
             return
-        scale_set = self.registry.scale_sets.get(set_id)
-        if scale_set is not None:
-            job.runner_group_name = self.registry.group(scale_set.scope, scale_set.group_id).name
         self.sessions.emit(
             set_id, views.job_message("JobStarted", tracked, runnerId=job.runner_id, runnerName=job.runner_name)
         )
