@@ -67,7 +67,7 @@ def register_scaleset_routes(router: APIRouter, world: World) -> None:
         settings = service().settings
         for name, value in body.model_dump(exclude_none=True).items():
             setattr(settings, name, value)
-        service().jobs.schedule()
+        service().jobs.reconsider()
         return dataclasses.asdict(settings)
 
     @router.post("/scalesets/admin-tokens/expire")

@@ -21,6 +21,7 @@ workflow_job webhooks are those of any job: queued, in_progress when a runner pi
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,9 @@ JOB_ID_NAMESPACE = uuid.UUID("7d3c8a1e-5b2f-4c6d-9e0a-1f2b3c4d5e6f")
 
 
 class JobRouter:
+    """Everything here runs on the world's loop. The indexes (`waiting`, `assigned`, `held`) keep each event's
+    work proportional to what it changes, so a backlog of thousands of jobs stays cheap to route."""
+
     def __init__(
         self,
         world: World,
@@ -62,14 +66,23 @@ class JobRouter:
         self._settings = settings
         self._service_url = service_url
         self.tracked: dict[int, ScaleSetJob] = {}
-        """Unfinished scale-set jobs by REST job id, oldest first."""
+        """Unfinished scale-set jobs by REST job id."""
         self.finished: dict[int, ScaleSetJob] = {}
         """Completed ones, as they last were (for the control API)."""
-        self._request_ids = count(1)
+        self.waiting: dict[int, ScaleSetJob] = {}
+        """Tracked jobs no scale set holds yet (pending or available)."""
+        self.assigned: dict[int, dict[int, ScaleSetJob]] = {}
+        """Scale set id -> the jobs it holds that no runner was handed yet, oldest first."""
+        self.held: Counter[int] = Counter()
+        """Scale set id -> unfinished jobs assigned to it (what its capacity bounds)."""
         self.reserved: dict[int, int] = {}
-        """Runner id -> job id: runners assigned a job they have not picked up."""
+        """Runner id -> job id: runners handed a job they have not picked up."""
         self.stalled: set[int] = set()
-        """Runners that hung on a job they were assigned: GitHub assigns them nothing more."""
+        """Runners that hung on a job they were handed: GitHub hands them nothing more."""
+        self._request_ids = count(1)
+        self._fresh: list[ScaleSetJob] = []
+        self._reconsider = False
+        self._fitting: dict[int, tuple[int, list[ScaleSet]]] = {}
         self._scheduling = False
         self._again = False
 
@@ -78,7 +91,7 @@ class JobRouter:
     def claim(self, job: Job) -> bool:
         if not self.registry.matching(job.repo, job.labels):
             return False
-        self._track(job)
+        self._wait(self._attempt(job, None, 0))
         self.schedule()
         return True
 
@@ -86,16 +99,53 @@ class JobRouter:
         self.schedule()
 
     def adopt_queued(self) -> None:
-        """Move waiting classic jobs that a new or changed scale set now fits onto the scale-set path."""
+        """Scale sets changed: classic jobs one now fits move to it, and every waiting job is looked at again."""
         for job in self.scheduler.queued():
             if self.registry.matching(job.repo, job.labels):
                 self.scheduler.withdraw(job)
-                self._track(job)
+                self._wait(self._attempt(job, None, 0))
+        self.reconsider()
+
+    def reconsider(self) -> None:
+        """Something every waiting job depends on changed (scale sets, sessions, settings): place them again."""
+        self._reconsider = True
         self.schedule()
 
-    def _track(self, job: Job) -> None:
-        guid = str(uuid.uuid5(JOB_ID_NAMESPACE, str(job.id)))
-        self.tracked[job.id] = ScaleSetJob(job=job, job_guid=guid, request_id=next(self._request_ids))
+    # -- attempts --------------------------------------------------------------------------------
+
+    def _attempt(self, job: Job, previous: ScaleSetJob | None, requeues: int) -> ScaleSetJob:
+        """A runner request for `job`: its first, or the next after `previous`."""
+        guid = previous.job_guid if previous else str(uuid.uuid5(JOB_ID_NAMESPACE, str(job.id)))
+        return ScaleSetJob(job=job, job_guid=guid, request_id=next(self._request_ids), requeues=requeues)
+
+    def _wait(self, tracked: ScaleSetJob) -> None:
+        self.tracked[tracked.job.id] = tracked
+        self.waiting[tracked.job.id] = tracked
+        self._fresh.append(tracked)
+
+    def _forget(self, tracked: ScaleSetJob) -> None:
+        """Take an attempt out of every index (the job completed, or its next attempt replaces it)."""
+        job_id = tracked.job.id
+        if self.tracked.get(job_id) is tracked:
+            del self.tracked[job_id]
+        if self.waiting.get(job_id) is tracked:
+            del self.waiting[job_id]
+        if tracked.scale_set_id is not None:
+            self.held[tracked.scale_set_id] -= 1
+            self.assigned.get(tracked.scale_set_id, {}).pop(job_id, None)
+        if tracked.runner_id is not None and self.reserved.get(tracked.runner_id) == job_id:
+            del self.reserved[tracked.runner_id]
+
+    def _requeue(self, tracked: ScaleSetJob, requeues: int) -> None:
+        self._forget(tracked)
+        self._wait(self._attempt(tracked.job, tracked, requeues))
+
+    def fitting(self, tracked: ScaleSetJob) -> list[ScaleSet]:
+        cached = self._fitting.get(tracked.job.id)
+        if cached is None or cached[0] != self.registry.version:
+            cached = (self.registry.version, self.registry.matching(tracked.job.repo, tracked.job.labels))
+            self._fitting[tracked.job.id] = cached
+        return cached[1]
 
     # -- placement -------------------------------------------------------------------------------
 
@@ -110,41 +160,56 @@ class JobRouter:
             while self._again:
                 self._again = False
                 self._place()
-                for scale_set in list(self.registry.scale_sets.values()):
-                    self._hand_to_runners(scale_set)
+                self._hand_over()
         finally:
             self._scheduling = False
 
     def _place(self) -> None:
-        for tracked in list(self.tracked.values()):
-            if tracked.state not in ("pending", "available"):
-                continue
-            fitting = self.registry.matching(tracked.job.repo, tracked.job.labels)
-            if not fitting:
-                del self.tracked[tracked.job.id]
-                self.scheduler.enqueue(tracked.job)
-            elif self._settings().requires_acquire:
-                tracked.state = "available"
-                for scale_set in fitting:
-                    if scale_set.id not in tracked.announced and self.sessions.active(scale_set.id) is not None:
-                        tracked.announced.add(scale_set.id)
-                        url = f"{self._service_url(scale_set.tenant)}{ACQUIRE_PATH.format(scale_set.id)}"
-                        self.sessions.emit(scale_set.id, views.job_message("JobAvailable", tracked, acquireJobUrl=url))
-            else:
-                room = next((s for s in fitting if self._has_room(s)), None)
-                if room is not None:
-                    self._assign(tracked, room)
+        everything, self._reconsider = self._reconsider, False
+        fresh, self._fresh = self._fresh, []
+        if everything:
+            for tracked in list(self.waiting.values()):
+                if not self.fitting(tracked):
+                    self._forget(tracked)
+                    self._fitting.pop(tracked.job.id, None)
+                    self.scheduler.enqueue(tracked.job)
+        if not self.waiting:
+            return
+        if self._settings().requires_acquire:
+            for tracked in list(self.waiting.values()) if everything else fresh:
+                if self.waiting.get(tracked.job.id) is tracked:
+                    self._announce(tracked)
+            return
+        free = {
+            s.id: len(self.waiting) if s.capacity is None else s.capacity - self.held[s.id]
+            for s in self.registry.scale_sets.values()
+        }
+        room = sum(max(n, 0) for n in free.values())
+        for tracked in sorted(self.waiting.values(), key=lambda t: t.job.id) if room else ():
+            target = next((s for s in self.fitting(tracked) if free[s.id] > 0), None)
+            if target is not None:
+                self._assign(tracked, target)
+                free[target.id] -= 1
+                room -= 1
+                if not room:
+                    break
 
-    def _has_room(self, scale_set: ScaleSet) -> bool:
-        if scale_set.capacity is None:
-            return True
-        assigned = sum(1 for t in self.tracked.values() if t.scale_set_id == scale_set.id)
-        return assigned < scale_set.capacity
+    def _announce(self, tracked: ScaleSetJob) -> None:
+        """Enterprise Server: tell every fitting set's listener the job may be acquired."""
+        tracked.state = "available"
+        for scale_set in self.fitting(tracked):
+            if scale_set.id not in tracked.announced and self.sessions.active(scale_set.id) is not None:
+                tracked.announced.add(scale_set.id)
+                url = f"{self._service_url(scale_set.tenant)}{ACQUIRE_PATH.format(scale_set.id)}"
+                self.sessions.emit(scale_set.id, views.job_message("JobAvailable", tracked, acquireJobUrl=url))
 
     def _assign(self, tracked: ScaleSetJob, scale_set: ScaleSet) -> None:
+        del self.waiting[tracked.job.id]
         tracked.state = "assigned"
         tracked.scale_set_id = scale_set.id
         tracked.scale_set_assign_time = utcnow()
+        self.held[scale_set.id] += 1
+        self.assigned.setdefault(scale_set.id, {})[tracked.job.id] = tracked
         self.sessions.emit(scale_set.id, views.job_message("JobAssigned", tracked))
 
     def idle_runners(self, scale_set: ScaleSet) -> list[Runner]:
@@ -158,31 +223,37 @@ class JobRouter:
             and r.id not in self.stalled
         ]
 
-    def _hand_to_runners(self, scale_set: ScaleSet) -> None:
-        waiting = [t for t in self.tracked.values() if t.scale_set_id == scale_set.id and t.state == "assigned"]
-        for tracked, runner in zip(waiting, self.idle_runners(scale_set), strict=False):
-            tracked.state = "runner_assigned"
-            tracked.runner_id = runner.id
-            tracked.runner_name = runner.name
-            tracked.runner_assign_time = utcnow()
-            if self.world.faults.chance(self.world.faults.world.scaleset_pickup_stall_rate):
-                self.world.stats.incr("scaleset_pickups_stalled")
-                self.stalled.add(runner.id)
-                self.reserved[runner.id] = tracked.job.id
-                self.world.call_later(
-                    self._settings().reassign_after_s, self._not_picked_up, tracked.job.id, tracked.request_id
-                )
-            else:
-                tracked.state = "running"
-                tracked.job.runner_group_name = self.registry.group(scale_set.scope, scale_set.group_id).name
-                self.scheduler.start(tracked.job, runner)
+    def _hand_over(self) -> None:
+        """GitHub gives each set's assigned jobs, oldest first, to the set's idle runners."""
+        for scale_set_id, queue in list(self.assigned.items()):
+            scale_set = self.registry.scale_sets.get(scale_set_id)
+            if not queue or scale_set is None:
+                continue
+            for tracked, runner in zip(list(queue.values()), self.idle_runners(scale_set), strict=False):
+                del queue[tracked.job.id]
+                self._hand_to(tracked, runner, scale_set)
+
+    def _hand_to(self, tracked: ScaleSetJob, runner: Runner, scale_set: ScaleSet) -> None:
+        tracked.state = "runner_assigned"
+        tracked.runner_id = runner.id
+        tracked.runner_name = runner.name
+        tracked.runner_assign_time = utcnow()
+        if self.world.faults.chance(self.world.faults.world.scaleset_pickup_stall_rate):
+            self.world.stats.incr("scaleset_pickups_stalled")
+            self.stalled.add(runner.id)
+            self.reserved[runner.id] = tracked.job.id
+            self.world.call_later(
+                self._settings().reassign_after_s, self._not_picked_up, tracked.job.id, tracked.request_id
+            )
+        else:
+            tracked.state = "running"
+            tracked.job.runner_group_name = self.registry.group(scale_set.scope, scale_set.group_id).name
+            self.scheduler.start(tracked.job, runner)
 
     def _not_picked_up(self, job_id: int, request_id: int) -> None:
         tracked = self.tracked.get(job_id)
         if tracked is None or tracked.request_id != request_id or tracked.state != "runner_assigned":
             return
-        if tracked.runner_id is not None:
-            self.reserved.pop(tracked.runner_id, None)
         if tracked.requeues >= MAX_REQUEUES:
             self.world.stats.incr("scaleset_jobs_never_picked_up")
             self.scheduler.fail_unstarted(tracked.job)
@@ -198,14 +269,8 @@ class JobRouter:
                 finishTime=views.time(utcnow()),
             )
             self.sessions.emit(tracked.scale_set_id, canceled)
-        self.tracked[job_id] = self._next_attempt(tracked, tracked.requeues + 1)
+        self._requeue(tracked, tracked.requeues + 1)
         self.schedule()
-
-    def _next_attempt(self, tracked: ScaleSetJob, requeues: int) -> ScaleSetJob:
-        """The job back in line for the scale sets, as a new runner request."""
-        return ScaleSetJob(
-            job=tracked.job, job_guid=tracked.job_guid, request_id=next(self._request_ids), requeues=requeues
-        )
 
     # -- acquisition (Enterprise Server) ---------------------------------------------------------
 
@@ -227,20 +292,19 @@ class JobRouter:
 
     def session_opened(self, scale_set: ScaleSet) -> None:
         """A new listener is told again about every job still waiting to be acquired."""
-        for tracked in self.tracked.values():
+        for tracked in self.waiting.values():
             tracked.announced.discard(scale_set.id)
-        self.schedule()
+        self.reconsider()
 
     def scale_set_removed(self, scale_set: ScaleSet) -> None:
         """Jobs the set held but no runner started go back to waiting for a set (or a classic runner)."""
-        for job_id, tracked in list(self.tracked.items()):
+        for tracked in list(self.tracked.values()):
             if tracked.scale_set_id == scale_set.id and tracked.state in ("assigned", "runner_assigned"):
-                if tracked.runner_id is not None:
-                    self.reserved.pop(tracked.runner_id, None)
-                self.tracked[job_id] = self._next_attempt(tracked, tracked.requeues)
+                self._requeue(tracked, tracked.requeues)
             else:
                 tracked.announced.discard(scale_set.id)
-        self.schedule()
+        self.assigned.pop(scale_set.id, None)
+        self.reconsider()
 
     # -- job events (from the scheduler, through GitHubState) ------------------------------------
 
@@ -260,10 +324,9 @@ class JobRouter:
 
     def _completed(self, tracked: ScaleSetJob) -> None:
         job = tracked.job
-        del self.tracked[job.id]
+        self._forget(tracked)
+        self._fitting.pop(job.id, None)
         self.finished[job.id] = tracked
-        if tracked.runner_id is not None:
-            self.reserved.pop(tracked.runner_id, None)
         if tracked.scale_set_id is not None:
             completed = views.job_message(
                 "JobCompleted",
@@ -281,7 +344,7 @@ class JobRouter:
         mine = [t for t in self.tracked.values() if t.scale_set_id == scale_set.id]
         runners = [r for r in self.scheduler.in_scope(scale_set.scope) if r.scale_set_id == scale_set.id]
         available = sum(
-            1 for t in self.tracked.values() if t.state == "available" and scale_set.serves(t.job.repo, t.job.labels)
+            1 for t in self.waiting.values() if t.state == "available" and scale_set.serves(t.job.repo, t.job.labels)
         )
         return {
             "totalAvailableJobs": available,

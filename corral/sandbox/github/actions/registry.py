@@ -29,6 +29,8 @@ class Registry:
         self.scale_sets: dict[int, ScaleSet] = {}
         self._group_ids = count(DEFAULT_GROUP_ID + 1)
         self._scale_set_ids = count(1)
+        self.version = 0
+        """Bumped whenever a scale set appears, changes or goes: what fits a job may have changed."""
 
     # -- tenants -------------------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class Registry:
             **settings,
         )
         self.scale_sets[scale_set.id] = scale_set
+        self.version += 1
         return scale_set
 
     def update(
@@ -128,9 +131,11 @@ class Registry:
         if settings is not None:
             for key, value in settings.items():
                 setattr(scale_set, key, value)
+        self.version += 1
 
     def remove(self, scale_set: ScaleSet) -> None:
         self.scale_sets.pop(scale_set.id, None)
+        self.version += 1
 
     def matching(self, repo: Repository, labels: list[str]) -> list[ScaleSet]:
         """The scale sets that may run a job of `repo` asking for `labels`, oldest first."""
