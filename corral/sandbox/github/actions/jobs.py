@@ -341,6 +341,10 @@ class JobRouter:
     # -- what the service reports ----------------------------------------------------------------
 
     def statistics(self, scale_set: ScaleSet) -> dict[str, int]:
+        """The set's counters, as of now. Assigned: its unfinished jobs (waiting for a runner, handed to one,
+        or running), the figure the reference listener scales on; acquired: those of them it acquired;
+        available: jobs announced to it and not acquired by anyone yet; registered: its runners, started or
+        not; busy: running a job; idle: online, running nothing and not handed a job."""
         mine = [t for t in self.tracked.values() if t.scale_set_id == scale_set.id]
         runners = [r for r in self.scheduler.in_scope(scale_set.scope) if r.scale_set_id == scale_set.id]
         available = sum(
