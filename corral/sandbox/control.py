@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
 
 from corral.sandbox.control_accounts import register_account_routes
+from corral.sandbox.control_scalesets import register_scaleset_routes
 from corral.sandbox.faults import FaultSpecError
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ def build_control_router(world: World) -> APIRouter:
     """Routes that act on `world`; every call runs on the world's loop, so state needs no locks."""
     router = APIRouter(prefix="/_sandbox", tags=["sandbox control"])
     register_account_routes(router, world)
+    register_scaleset_routes(router, world)
 
     def job_or_404(view: dict[str, Any] | None, job_id: int) -> dict[str, Any]:
         if view is None:

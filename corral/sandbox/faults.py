@@ -2,7 +2,8 @@
 
 Two kinds: endpoint faults (errors and latency on matching HTTP routes of either side) and world faults
 (what happens inside the simulated cloud and GitHub: boots that fail, runners that never register,
-webhook deliveries that are lost, secondary rate limits). Decisions draw from one seeded RNG so a test
+webhook deliveries that are lost, secondary rate limits, scale-set acknowledgements that are lost and runners
+that never pick up the job they were assigned). Decisions draw from one seeded RNG so a test
 that sets a seed sees the same sequence every run.
 """
 
@@ -67,6 +68,12 @@ class WorldFaults:
     secondary_rate_limit_rate: float = 0.0
     """Share of GitHub REST calls answered with a secondary rate limit (403 with Retry-After)."""
     secondary_retry_after: int = 60
+    scaleset_ack_drop_rate: float = 0.0
+    """Share of scale-set message acknowledgements (`DELETE {messageQueueUrl}/{id}`) answered 204 but not
+    carried out: the message is delivered again, same id."""
+    scaleset_pickup_stall_rate: float = 0.0
+    """Share of jobs GitHub hands to a scale set's idle runner that the runner never picks up (it hangs):
+    after `reassign_after_s` the attempt is canceled and the job requeued, three times at most."""
 
     def validate(self) -> None:
         for name in (
@@ -75,6 +82,8 @@ class WorldFaults:
             "webhook_drop_rate",
             "webhook_lose_rate",
             "secondary_rate_limit_rate",
+            "scaleset_ack_drop_rate",
+            "scaleset_pickup_stall_rate",
         ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -27,6 +27,7 @@ import yaml
 from corral.files import write_private
 from corral.sandbox.cloud.app import build_openstack_app
 from corral.sandbox.control import build_control_router
+from corral.sandbox.github.actions.settings import ActionsSettings
 from corral.sandbox.github.app import build_github_app
 from corral.sandbox.world import Timings, World
 
@@ -87,6 +88,7 @@ class Sandbox:
         timings: Timings | None = None,
         webhook_url: str | None = None,
         seed: int = 0,
+        actions: ActionsSettings | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="corral-sandbox-"))
@@ -102,6 +104,7 @@ class Sandbox:
             github_url=github_url,
             webhook_url=webhook_url,
             workdir=self.workdir,
+            actions=actions,
         )
         self.info = self._write_client_files()
         self._servers: list[uvicorn.Server] = []

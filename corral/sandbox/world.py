@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from corral.sandbox.cloud.state import CloudState
 from corral.sandbox.faults import Faults
+from corral.sandbox.github.actions.settings import ActionsSettings
 from corral.sandbox.github.state import GitHubState
 from corral.sandbox.stats import Stats
 
@@ -83,6 +84,7 @@ class World:
         github_url: str = "http://127.0.0.1:0",
         webhook_url: str | None = None,
         workdir: Path | None = None,
+        actions: ActionsSettings | None = None,
     ) -> None:
         self.timings = timings or Timings()
         self._initial_timings = dataclasses.replace(self.timings)
@@ -98,7 +100,7 @@ class World:
         self._server_of_runner: dict[int, str] = {}
         self._runner_of_server: dict[str, int] = {}
         self.cloud = CloudState(self)
-        self.github = GitHubState(self, webhook_url=webhook_url)
+        self.github = GitHubState(self, webhook_url=webhook_url, actions_settings=actions)
 
     # -- scheduling --------------------------------------------------------------------------
 

@@ -5,6 +5,9 @@ JWT, each only where GitHub accepts it), the primary rate limit and injected sec
 ASGI middleware then stamps the caller's `X-RateLimit-*` headers, a request id, GitHub's `Date` (on
 GitHub's clock, which a test may skew) and, for a classic PAT, its `X-OAuth-Scopes` on every response,
 including errors raised by handlers, as GitHub does.
+
+The runner scale-set protocol's registration exchange and its Actions service (`github/actions/`) are served
+from the same app, outside this authentication: they take tokens of their own.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral.sandbox.github.actions.http import install as install_actions
 from corral.sandbox.github.auth import bearer_token, is_app_route, refuse_app, require_app
 from corral.sandbox.github.errors import GitHubError, error_response, fault_response
 from corral.sandbox.github.ratelimit import secondary_limit_error
@@ -113,6 +117,7 @@ def build_github_app(world: World) -> FastAPI:
         area.register(router, state)
     app.include_router(router)
     app.include_router(router, prefix=API_V3_PREFIX)
+    install_actions(app, world)
 
     @app.exception_handler(GitHubError)
     async def github_error(request: Request, exc: GitHubError) -> Response:

@@ -103,7 +103,8 @@ class Runner:
     """A just-in-time (ephemeral) self-hosted runner.
 
     It is registered (listed `offline`) as soon as its JIT config is generated; `consumed` marks that a
-    guest has read the config, which GitHub accepts only once.
+    guest has read the config, which GitHub accepts only once. `scale_set_id` names the runner scale set
+    whose JIT config made it: such a runner takes only the jobs GitHub assigns to its scale set.
     """
 
     id: int
@@ -119,6 +120,7 @@ class Runner:
     busy: bool = False
     consumed: bool = False
     job_id: int | None = None
+    scale_set_id: int | None = None
 
     def fits(self, job_labels: list[str]) -> bool:
         """GitHub's rule: every label the job asks for is one of the runner's, case-insensitively."""

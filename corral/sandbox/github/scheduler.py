@@ -6,6 +6,10 @@ covers the job's repository and every label the job asks for is one of the runne
 A job submitted while a fitting runner idles starts at once. The ephemeral runner runs that one job,
 reports completion, deregisters and exits. If its machine vanishes the runner goes offline and a job it
 was running fails. Every job transition is reported through `on_job_event` (the webhook source).
+
+Runner scale sets (`github/actions/`) route their jobs themselves: the `delegate` is offered every new job
+first and told when one of its runners comes online; it hands jobs to runners through `start`. A scale
+set's runner never takes a job from the queue here, and a job a scale set claimed never enters it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.sandbox.github import jitconfig
 from corral.sandbox.github.clock import isoformat, utcnow
@@ -36,6 +40,14 @@ if TYPE_CHECKING:
 JobEvent = Callable[[Job, str], None]
 
 
+class ScaleSetDelegate(Protocol):
+    def claim(self, job: Job) -> bool:
+        """Take a newly queued job whose labels name a scale set; False leaves it to classic runners."""
+
+    def runner_online(self, runner: Runner) -> None:
+        """A scale set's runner came online and may be handed a job."""
+
+
 class Scheduler:
     def __init__(self, world: World, on_job_event: JobEvent) -> None:
         self.world = world
@@ -55,6 +67,7 @@ class Scheduler:
         self._job_ids = count(34_000_000_001)
         self._run_numbers: dict[int, int] = {}
         self.registered_total = 0
+        self.delegate: ScaleSetDelegate | None = None
 
     # -- runners -----------------------------------------------------------------------------
 
@@ -126,6 +139,9 @@ class Scheduler:
             return
         runner.status = "online"
         runner.os = "Linux"
+        if runner.scale_set_id is not None and self.delegate is not None:
+            self.delegate.runner_online(runner)
+            return
         job = next((j for j in self._queued.values() if self._fits(runner, j)), None)
         if job is not None:
             self._start(job, runner)
@@ -144,7 +160,7 @@ class Scheduler:
 
     @staticmethod
     def _fits(runner: Runner, job: Job) -> bool:
-        return runner.scope.serves(job.repo) and runner.fits(job.labels)
+        return runner.scale_set_id is None and runner.scope.serves(job.repo) and runner.fits(job.labels)
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -167,12 +183,34 @@ class Scheduler:
         self.runs[run.id] = run
         self.runs_by_repo.setdefault(repo.id, []).append(run)
         self.jobs[job.id] = job
-        self._queued[job.id] = job
         self.on_job_event(job, "queued")
+        if self.delegate is None or not self.delegate.claim(job):
+            self.enqueue(job)
+        return job
+
+    def enqueue(self, job: Job) -> None:
+        """Queue `job` for classic runners; an idle one that fits takes it at once."""
+        self._queued[job.id] = job
         runner = next((r for r in self._idle.values() if self._fits(r, job)), None)
         if runner is not None:
             self._start(job, runner)
-        return job
+
+    def queued(self) -> list[Job]:
+        """Jobs waiting for a classic runner, oldest first."""
+        return list(self._queued.values())
+
+    def withdraw(self, job: Job) -> None:
+        """Take a waiting job off the classic queue (a scale set that fits it appeared)."""
+        self._queued.pop(job.id, None)
+
+    def start(self, job: Job, runner: Runner) -> None:
+        """`runner` picks `job` up: how a scale set hands over the jobs GitHub assigned it."""
+        self._start(job, runner)
+
+    def fail_unstarted(self, job: Job) -> None:
+        """Close a job no runner ever picked up as failed."""
+        if job.status != "completed":
+            self._complete(job, "failure", runner_exits=False)
 
     def _start(self, job: Job, runner: Runner) -> None:
         self._queued.pop(job.id, None)
@@ -185,7 +223,7 @@ class Scheduler:
         job.runner_id = runner.id
         job.runner_name = runner.name
         job.runner_group_id = runner.group_id
-        job.runner_group_name = DEFAULT_GROUP_NAME
+        job.runner_group_name = job.runner_group_name or DEFAULT_GROUP_NAME  # a scale set names its group
         job.run.status = "in_progress"
         job.run.run_started_at = now
         job.run.updated_at = now

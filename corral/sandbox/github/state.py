@@ -13,15 +13,20 @@ Interface the world and the control API rely on:
   clock against this machine's: the `Date` header and JWT checks use it), `pat_scopes` (a classic PAT's
   `X-OAuth-Scopes`),
   `deliveries_view()`, `lost_view()`, `set_rate_limit(remaining, reset_in)`, `snapshot()`, `reset()`, `close()`.
+- `actions`: the Actions service of the runner scale-set protocol (`github/actions/`), rebuilt on reset with
+  the settings this state was made with.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
 from corral.sandbox.github import jitconfig, payloads
+from corral.sandbox.github.actions.service import ActionsService
+from corral.sandbox.github.actions.settings import ActionsSettings
 from corral.sandbox.github.auth import Principal, looks_like_jwt, verify_app_jwt
 from corral.sandbox.github.clock import utcnow
 from corral.sandbox.github.directory import Directory
@@ -44,9 +49,12 @@ PAT_SCOPES = ("admin:org", "manage_runners:enterprise", "repo", "workflow")
 class GitHubState:
     """Organisations, repositories, installations, tokens, runners, jobs and webhook deliveries."""
 
-    def __init__(self, world: World, webhook_url: str | None = None) -> None:
+    def __init__(
+        self, world: World, webhook_url: str | None = None, actions_settings: ActionsSettings | None = None
+    ) -> None:
         self.world = world
         self._initial_webhook_url = webhook_url
+        self._actions_settings = actions_settings or ActionsSettings()
         self.client_id = "Iv23li" + secrets.token_hex(7)
         self._public_key = world.credentials.app_private_key.public_key()
         self.rate_limits = RateLimits()
@@ -65,9 +73,12 @@ class GitHubState:
         self.hook_insecure_ssl = "0"
         # Every `encoded_jit_config` handed out since the last reset: tests look for them where none may be.
         self.jit_configs_issued: list[str] = []
+        self.actions = ActionsService(self.world, self, dataclasses.replace(self._actions_settings))
+        self.scheduler.delegate = self.actions.jobs
 
     def reset(self) -> None:
         """Drop runners, jobs, deliveries and issued tokens; restore rate limits and the webhook URL."""
+        self.actions.shutdown()
         self._build()
         self.rate_limits.reset()
         self.webhooks.reset()
@@ -152,21 +163,25 @@ class GitHubState:
         if not owner or not name:
             raise ValueError(f"repo must be 'owner/name', got {repo!r}")
         job = self.scheduler.submit(self.directory.repo(owner, name), labels, duration, workflow_name)
-        return self.scheduler.job_view(job)
+        return self._job_view(job)
+
+    def _job_view(self, job: Job) -> dict[str, Any]:
+        """The control API's job, with its life on the scale-set path (`scale_set`, None for other jobs)."""
+        return {**self.scheduler.job_view(job), "scale_set": self.actions.jobs.view(job.id)}
 
     def job_view(self, job_id: int) -> dict[str, Any] | None:
         job = self.scheduler.jobs.get(job_id)
-        return self.scheduler.job_view(job) if job is not None else None
+        return self._job_view(job) if job is not None else None
 
     def jobs_view(self) -> list[dict[str, Any]]:
-        return [self.scheduler.job_view(job) for job in self.scheduler.jobs.values()]
+        return [self._job_view(job) for job in self.scheduler.jobs.values()]
 
     def cancel_job(self, job_id: int) -> dict[str, Any] | None:
         job = self.scheduler.jobs.get(job_id)
         if job is None:
             return None
         self.scheduler.cancel(job)
-        return self.scheduler.job_view(job)
+        return self._job_view(job)
 
     # -- webhooks ----------------------------------------------------------------------------
 
@@ -208,6 +223,7 @@ class GitHubState:
             installation_id=installation.id if installation else None,
             repository_id=job.repo.id,
         )
+        self.actions.jobs.job_event(job, action)
 
     def lost_view(self) -> list[dict[str, Any]]:
         """Events never attempted (`webhook_lose_rate`), oldest first; `job_id` for `workflow_job` events."""
@@ -226,6 +242,7 @@ class GitHubState:
         return {
             **self.scheduler.snapshot(),
             "webhooks": self.webhooks.snapshot(),
+            "scale_sets": self.actions.snapshot(),
             "installation_tokens_issued": self.tokens_issued,
             "accounts": len(self.directory.accounts),
             "repositories": len(self.directory.repos),

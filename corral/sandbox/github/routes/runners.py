@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.sandbox.github import jitconfig, payloads
+from corral.sandbox.github.actions.settings import REGISTRATION_TOKEN_TTL_S
 from corral.sandbox.github.errors import GitHubError, invalid_request, not_found
 from corral.sandbox.github.model import DEFAULT_GROUP_ID, DEFAULT_GROUP_NAME, Runner, Scope, ScopeKind
 from corral.sandbox.github.routes.common import (
@@ -194,6 +195,12 @@ def _register_scope(router: APIRouter, state: GitHubState, kind: ScopeKind, pref
         return JSONResponse({"runner": payloads.runner(runner), "encoded_jit_config": config}, status_code=201)
 
     async def registration_token(request: Request) -> JSONResponse:
+        token = _registration_token()
+        # Remembered for the scale-set protocol's exchange (`POST /actions/runner-registration`).
+        state.actions.tokens.remember_registration(token["token"], target(request).scope, REGISTRATION_TOKEN_TTL_S)
+        return JSONResponse(token, status_code=201)
+
+    async def remove_token(request: Request) -> JSONResponse:
         target(request)
         return JSONResponse(_registration_token(), status_code=201)
 
@@ -238,7 +245,7 @@ def _register_scope(router: APIRouter, state: GitHubState, kind: ScopeKind, pref
         ("GET", f"{base}/downloads", downloads),
         ("POST", f"{base}/generate-jitconfig", generate_jitconfig),
         ("POST", f"{base}/registration-token", registration_token),
-        ("POST", f"{base}/remove-token", registration_token),
+        ("POST", f"{base}/remove-token", remove_token),
         ("GET", f"{base}/{{runner_id}}", get_runner),
         ("DELETE", f"{base}/{{runner_id}}", delete_runner),
         ("GET", f"{base}/{{runner_id}}/labels", get_labels),
