@@ -282,11 +282,15 @@ class Engine:
     async def _sync_workers(self) -> None:
         """A worker for every configured pool and every pool that still has runners, of those this replica
         holds (all of them on SQLite)."""
-        wanted = set(self.config.pools) | await self.store.run(runners.live_pools)
+        live = await self.store.run(runners.live_pools)
+        wanted = set(self.config.pools) | live
         self.leases.wanted = wanted | {HOUSEKEEPING}
         held = {pool for pool in wanted if self.leases.holds(pool)}
         self.workers.ensure(held)
         self.scalesets.ensure(held)
+        for name in self.scalesets.retiring - live:
+            # Taken out of scale-set intake with no runner left: its scale set goes now (else after the last).
+            self.supervisor.start(ActionKind.SCALE_SET, f"scale-set-delete:{name}", self.scalesets.forget(name))
 
     async def _lease_tick(self) -> None:
         """Renew, take and hand over pools (PostgreSQL); workers follow what this replica holds."""

@@ -96,6 +96,8 @@ class ScaleSetListener:
         self._scale_set: ScaleSet | None = None
         self._session: Session | None = None
         self._last_message_id = 0
+        self._applied: tuple[str, str, tuple[str, ...]] | None = None
+        """The name, runner group and labels the scale set was last brought in line with."""
 
     @property
     def scale_set_id(self) -> int | None:
@@ -103,6 +105,10 @@ class ScaleSetListener:
 
     def _settings(self) -> PoolConfig:
         return self._config().pools[self.pool]
+
+    def _wanted(self) -> tuple[str, str, tuple[str, ...]]:
+        pool = self._settings()
+        return scale_set_name(self.pool, pool), pool.runner_group, tuple(pool.labels)
 
     async def run(self) -> None:
         """Listen until cancelled, recovering from whatever the service does."""
@@ -160,6 +166,7 @@ class ScaleSetListener:
             current = await self._service.update_scale_set(current.id, name, group_id, labels)
             logger.info("pool %s: scale set %r updated (id %d)", self.pool, name, current.id)
         self._scale_set = current
+        self._applied = (name, pool.runner_group, tuple(labels))
         self.status = replace(self.status, scale_set_id=current.id)
 
     async def _open_session(self) -> None:
@@ -193,18 +200,22 @@ class ScaleSetListener:
     async def _listen(self) -> None:
         """Poll, handle and acknowledge messages; returns when the session must be opened anew."""
         while self._session is not None:
+            if self._wanted() != self._applied:
+                # A reload changed the pool's labels, group or scale set name: bring the scale set in line
+                # (within one long poll); another scale set altogether needs a session of its own.
+                listened = self.scale_set_id
+                await self._ensure_scale_set()
+                if self.scale_set_id != listened:
+                    await self.close()
+                    return
             session = self._session
             try:
                 message = await self._service.get_message(session, self._last_message_id, self._settings().max_runners)
             except QueueTokenExpired:
-                SCALE_SET_RECOVERIES.labels("queue_token_refreshed").inc()
-                self._session = await self._service.refresh_session(session)
+                await self._refresh(session)
                 continue
             except NotFound:
-                SCALE_SET_RECOVERIES.labels("session_evicted").inc()
-                logger.warning("pool %s: the session was ended on GitHub's side; opening a new one", self.pool)
-                self._session = None
-                await self._store.run(pools.set_scale_set, self.pool, self.scale_set_id, None)
+                await self._session_ended()
                 return
             if message is None:
                 SCALE_SET_POLLS.labels("empty").inc()
@@ -212,13 +223,33 @@ class ScaleSetListener:
             SCALE_SET_POLLS.labels("message").inc()
             await self._handle(session, message)
 
+    async def _refresh(self, session: Session) -> Session | None:
+        """A new queue token for the session; None (and the session forgotten) if GitHub ended it meanwhile
+        (an evicted session's calls answer 401, and its refresh 404)."""
+        try:
+            self._session = await self._service.refresh_session(session)
+        except NotFound:
+            await self._session_ended()
+            return None
+        SCALE_SET_RECOVERIES.labels("queue_token_refreshed").inc()
+        return self._session
+
+    async def _session_ended(self) -> None:
+        SCALE_SET_RECOVERIES.labels("session_evicted").inc()
+        logger.warning("pool %s: the session was ended on GitHub's side; opening a new one", self.pool)
+        self._session = None
+        await self._store.run(pools.set_scale_set, self.pool, self.scale_set_id, None)
+
     async def _handle(self, session: Session, message: QueueMessage) -> None:
         """Acknowledge first (as GitHub's own listener does), then acquire what is available, then scale."""
         fresh = message.id > self._last_message_id
         try:
             await self._service.delete_message(session, message.id)
         except QueueTokenExpired:
-            self._session = session = await self._service.refresh_session(session)
+            refreshed = await self._refresh(session)
+            if refreshed is None:
+                return  # the message comes again on the new session, or its jobs show in its statistics
+            session = refreshed
             await self._service.delete_message(session, message.id)
         self._last_message_id = max(self._last_message_id, message.id)
         if not fresh:
@@ -323,6 +354,10 @@ class ScaleSetIntake:
         task = self._tasks.pop(name)
         task.cancel()
         asyncio.get_running_loop().create_task(listener.close(), name=f"corral-scaleset-close-{name}")
+
+    @property
+    def retiring(self) -> set[str]:
+        return set(self._retiring)
 
     async def forget(self, name: str) -> None:
         """A pool removed from scale-set intake has no runner left: delete its scale set on GitHub."""

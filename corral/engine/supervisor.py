@@ -31,6 +31,7 @@ class ActionKind(StrEnum):
     OBSERVE = "observe"
     PRUNE = "prune"
     LEASES = "leases"
+    SCALE_SET = "scale_set"
 
 
 ErrorHandler = Callable[[BaseException], Awaitable[None]]

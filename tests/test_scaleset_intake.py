@@ -1,0 +1,197 @@
+"""Scale-set pools end to end: corral registers a scale set, long-polls its session and serves its jobs.
+
+The sandbox speaks GitHub's runner scale-set protocol (`corral/sandbox/github/actions/`): jobs whose labels
+are a scale set's go to the scale set, never to a webhook pool, and only the scale set's own runners (JIT
+configs from `generatejitconfig`) can take them. Long polls are short here (`long_poll_s`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.support import CorralProcess, free_port
+from corral.files import write_private
+from corral.local import LocalCorral, corral_config, pool_spec
+from corral.metrics import REGISTRY
+from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
+from tests.waiting import wait_until
+
+ORG = "octo-org"
+POLL_S = 0.2
+
+
+def queue(control: httpx.Client, labels: list[str], duration: float = 0.2) -> int:
+    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": labels, "duration": duration})
+    job.raise_for_status()
+    return int(job.json()["id"])
+
+
+def completed(control: httpx.Client, job_ids: list[int]) -> bool:
+    return all(control.get(f"/jobs/{job_id}").json()["status"] == "completed" for job_id in job_ids)
+
+
+def scale_sets(control: httpx.Client) -> list[dict[str, Any]]:
+    return list(control.get("/scalesets").json())
+
+
+def pools_view(corral: LocalCorral) -> dict[str, dict[str, Any]]:
+    with corral.api() as api:
+        return {pool["name"]: pool for pool in api.get("/api/v1/pools").json()}
+
+
+def start_two_pools(control: httpx.Client, start_corral: StartCorral, **ci: Any) -> LocalCorral:
+    """A webhook pool `small` and a scale-set pool `ci` side by side."""
+    control.put("/scalesets/settings", json={"long_poll_s": POLL_S}).raise_for_status()
+    pools = {"small": pool_spec(["small"]), "ci": pool_spec(["ci"], intake="scale_set", **{"max_runners": 4, **ci})}
+    return start_corral(pools, default_pool="small")
+
+
+def listening(corral: LocalCorral) -> dict[str, Any] | None:
+    view = pools_view(corral)["ci"]
+    return view if view["session"] == "listening" and view["scale_set_id"] else None
+
+
+def test_a_scale_set_pool_serves_its_jobs_beside_a_webhook_pool(
+    control: httpx.Client, start_corral: StartCorral
+) -> None:
+    corral = start_two_pools(control, start_corral)
+    view = wait_until(lambda: listening(corral), timeout=20, what="the ci pool listening on its scale set")
+    assert view["intake"] == "scale_set"
+    (scale_set,) = scale_sets(control)
+    assert (scale_set["id"], scale_set["name"]) == (view["scale_set_id"], "ci")
+
+    on_scale_set = [queue(control, ["ci"]) for _ in range(6)]
+    on_webhooks = [queue(control, ["small"]) for _ in range(3)]
+    wait_until(lambda: completed(control, on_scale_set + on_webhooks), timeout=60, what="every job served")
+
+    for job_id in on_scale_set:
+        job = control.get(f"/jobs/{job_id}").json()
+        assert job["scale_set"] is not None and job["scale_set"]["scale_set_id"] == scale_set["id"], job
+        assert job["runner_name"].startswith("corral-ci-"), "a scale-set job ran on one of corral's ci runners"
+    for job_id in on_webhooks:
+        assert control.get(f"/jobs/{job_id}").json()["runner_name"].startswith("corral-small-")
+    ci_runners = [runner for runner in corral.runners(pool="ci")]
+    assert 6 <= len(ci_runners) <= 7, f"about one runner per scale-set job, not more: {len(ci_runners)}"
+
+
+def recoveries(kind: str) -> float:
+    return REGISTRY.get_sample_value("corral_scale_set_recoveries_total", {"kind": kind}) or 0.0
+
+
+def test_a_scale_set_pool_recovers_from_what_github_does_to_its_listener(
+    control: httpx.Client, start_corral: StartCorral
+) -> None:
+    """Each of the faults the other managers' users report, injected in turn: every job is still served."""
+    corral = start_two_pools(control, start_corral)
+    first = wait_until(lambda: listening(corral), timeout=20, what="listening")["scale_set_id"]
+
+    jobs: list[int] = []
+
+    def served(what: str) -> None:
+        job_id = queue(control, ["ci"])
+        jobs.append(job_id)
+        wait_until(lambda: completed(control, [job_id]), timeout=30, what=f"a job served {what}")
+
+    def recovered(kind: str, before: float, what: str) -> None:
+        counted = {
+            sample.labels["kind"]: sample.value
+            for metric in REGISTRY.collect()
+            if metric.name == "corral_scale_set_recoveries"
+            for sample in metric.samples
+            if sample.name.endswith("_total")
+        }
+        wait_until(lambda: recoveries(kind) > before, timeout=20, what=f"{kind} counted after {what} ({counted})")
+
+    served("at first")
+    before = recoveries("queue_token_refreshed")
+    control.post(f"/scalesets/{first}/session/expire-token").raise_for_status()
+    served("after the queue token expired")
+    recovered("queue_token_refreshed", before, "the queue token expired")
+
+    control.post("/scalesets/admin-tokens/expire").raise_for_status()
+    served("after the admin token expired")
+
+    before = recoveries("session_evicted")
+    control.post(f"/scalesets/{first}/session/kill").raise_for_status()
+    served("after the session was evicted")
+    recovered("session_evicted", before, "the session was evicted")
+
+    before = recoveries("scale_set_gone")
+    control.delete(f"/scalesets/{first}").raise_for_status()
+    again = wait_until(
+        lambda: (view := listening(corral)) is not None and view["scale_set_id"] != first and view,
+        timeout=20,
+        what="the scale set GitHub deleted created again",
+    )
+    assert [scale_set["id"] for scale_set in scale_sets(control)] == [again["scale_set_id"]]
+    served("after GitHub deleted the scale set")
+
+    control.put("/faults", json={"world": {"scaleset_ack_drop_rate": 0.5}}).raise_for_status()
+    for _ in range(3):
+        served("while half the acknowledgements are lost (those messages come again)")
+    control.put("/faults", json={"world": {}}).raise_for_status()
+    served("at the end")
+    started = len(corral.runners(pool="ci"))
+    assert started <= len(jobs) + 1, f"{started} runners for {len(jobs)} jobs: a message that came again started more"
+
+
+def test_a_corral_killed_mid_session_takes_its_session_back_at_once(
+    sandbox: Sandbox, control: httpx.Client, tmp_path: Path
+) -> None:
+    """The crash loop of other listeners: after kill -9 their session lingers and every new one gets 409 until
+    GitHub expires it. corral kept the session's id, so its next life ends that session and opens its own."""
+    control.put("/scalesets/settings", json={"long_poll_s": POLL_S, "session_expiry_s": 600}).raise_for_status()
+    pools = {"small": pool_spec(["small"]), "ci": pool_spec(["ci"], intake="scale_set", max_runners=4)}
+    config = tmp_path / "corral.yaml"
+    write_private(config, yaml.safe_dump(corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", pools)))
+    process = CorralProcess(config, free_port(), sandbox.info.clouds_yaml, tmp_path / "corral.log")
+    try:
+        process.start()
+        process.wait_serving()
+        before = wait_until(lambda: session_of(control, "ci"), timeout=30, what="the first life's session")
+        process.kill()
+        process.start()
+        process.wait_serving()
+        after = wait_until(
+            lambda: (session := session_of(control, "ci")) is not None and session["id"] != before["id"] and session,
+            timeout=30,
+            what="the second life's own session, long before GitHub would have expired the first (600 s)",
+        )
+        assert after["owner"] == before["owner"]
+        job_id = queue(control, ["ci"])
+        wait_until(lambda: completed(control, [job_id]), timeout=30, what="a job served by the second life")
+        assert "taking over session" in process.log_path.read_text()
+    finally:
+        process.stop()
+
+
+def session_of(control: httpx.Client, name: str) -> dict[str, Any] | None:
+    found = [scale_set for scale_set in scale_sets(control) if scale_set["name"] == name]
+    return found[0]["session"] if found else None
+
+
+def test_a_scale_set_follows_its_pool_through_reloads_and_goes_with_it(
+    control: httpx.Client, start_corral: StartCorral
+) -> None:
+    corral = start_two_pools(control, start_corral)
+    first = wait_until(lambda: listening(corral), timeout=20, what="listening")["scale_set_id"]
+    document = yaml.safe_load(corral.config_path.read_text())
+    document["pools"]["ci"]["labels"] = ["ci", "linux"]
+    assert corral.reload(document) == []
+
+    def labels() -> list[str] | None:
+        found = [scale_set for scale_set in scale_sets(control) if scale_set["id"] == first]
+        return found[0]["labels"] if found and found[0]["labels"] != ["ci"] else None
+
+    assert wait_until(labels, timeout=20, what="the scale set's labels updated") == ["ci", "linux"]
+    job_id = queue(control, ["ci", "linux"])
+    wait_until(lambda: completed(control, [job_id]), timeout=30, what="a job for the new labels served")
+
+    del document["pools"]["ci"]
+    assert corral.reload(document) == []
+    wait_until(lambda: scale_sets(control) == [], timeout=30, what="the removed pool's scale set deleted")
