@@ -188,6 +188,9 @@
           `${pool.queued_jobs} queued · min idle ${pool.min_idle} · max ${pool.max_runners}`,
           pool.deleting ? ` · ${pool.deleting} deleting` : "",
           pool.held_by ? ` · held by ${pool.held_by}` : "",
+          pool.intake === "scale_set"
+            ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}`
+            : "",
         ),
       );
     });
