@@ -53,6 +53,7 @@ def nothing_left(control: httpx.Client) -> bool:
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("auth", ["app", "token"])
 def test_two_hundred_jobs_with_lost_webhooks_and_failed_boots_all_complete_and_nothing_leaks(
     sandbox: Sandbox, control: httpx.Client, tmp_path: Path, auth: str
@@ -69,7 +70,9 @@ def test_two_hundred_jobs_with_lost_webhooks_and_failed_boots_all_complete_and_n
     try:
         assert control.post("/trace", json=trace(200, seed=11)).json()["scheduled"] == 200
         started = time.monotonic()
-        wait_until(lambda: everything_done(control, 200), timeout=150, what="all 200 jobs completed")
+        # Alone it takes 80-140 s (the trace itself spans about a minute); beside the rest of the suite on two
+        # cores, with corral and the sandbox sharing this process, up to about 160 s was seen.
+        wait_until(lambda: everything_done(control, 200), timeout=240, what="all 200 jobs completed")
         print(f"all 200 jobs completed in {time.monotonic() - started:.1f}s")
         counters = control.get("/stats").json()["github"]["webhooks"]
         assert counters["dropped" if auth == "app" else "lost"] > 0, "the fault really was on"
