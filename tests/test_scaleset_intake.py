@@ -154,12 +154,15 @@ def test_a_corral_killed_mid_session_takes_its_session_back_at_once(
         process.start()
         process.wait_serving()
         before = wait_until(lambda: session_of(control, "ci"), timeout=30, what="the first life's session")
+        # Killed once it listens (it has recorded the session then; a kill between GitHub opening a session and
+        # corral recording it leaves one corral cannot name, which is waited out instead).
+        wait_until(lambda: "listening on scale set" in process.log_path.read_text(), timeout=30, what="listening")
         process.kill()
         process.start()
         process.wait_serving()
         after = wait_until(
             lambda: (session := session_of(control, "ci")) is not None and session["id"] != before["id"] and session,
-            timeout=30,
+            timeout=60,
             what="the second life's own session, long before GitHub would have expired the first (600 s)",
         )
         assert after["owner"] == before["owner"]
