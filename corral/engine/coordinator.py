@@ -230,7 +230,7 @@ class Engine:
         while not stop.is_set():
             try:
                 statuses = await self.store.run(pools.statuses)
-                self.drained = {name for name, status in statuses.items() if status.drained}
+                self.drained = pools.drained(statuses)
                 self.creator.pauses.restore(statuses, self.leases.holds)
                 await self._sync_workers()
                 await self._lease_tick()
@@ -300,7 +300,7 @@ class Engine:
         if gained:
             # A pool taken over may have been drained or undrained on its former owner, and backing off.
             statuses = await self.store.run(pools.statuses)
-            self.drained = {name for name, status in statuses.items() if status.drained}
+            self.drained = pools.drained(statuses)
             self.creator.pauses.restore(statuses, gained.__contains__)
         await self._sync_workers()
         for pool in gained:
@@ -363,7 +363,7 @@ class Engine:
 
     async def _reload_drained(self) -> None:
         statuses = await self.store.run(pools.statuses)
-        drained = {name for name, status in statuses.items() if status.drained}
+        drained = pools.drained(statuses)
         changed, self.drained = drained ^ self.drained, drained
         for pool in changed:
             self.workers.wake(pool)
@@ -429,6 +429,7 @@ class Engine:
             await self._reload_drained()
         await self._sync_workers()
         self.workers.wake_all()
+        await self._delete_orphan_registrations(observation)
         if observation.servers is None:
             return
         live = await self.store.run(runners.live_ids, list(observation.servers))
@@ -437,7 +438,6 @@ class Engine:
                 continue
             if runner_id not in live and not self.supervisor.busy(runner_id):
                 self.supervisor.start(ActionKind.ORPHAN, f"orphan:{server.id}", self.cleaner.delete_orphan(server))
-        await self._delete_orphan_registrations(observation)
         counts = await self.store.run(jobs.counts)
         for status in JobState:
             JOBS.labels(status.value).set(counts.get(status.value, 0))
@@ -494,8 +494,6 @@ class Engine:
         generation = observation.generation if observation is not None else 0
         full = self._looked_at.get(name) != generation
         rows = await self.store.run(runners.live_of_pool, name, deleting=full)
-        if not rows and (pool is None or pool.intake != "scale_set") and full:
-            await self.scalesets.forget(name)
         if not rows and pool is None and full:
             await self.status.forget(name)
             self._looked_at.pop(name, None)

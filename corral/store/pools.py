@@ -28,6 +28,11 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
 
+def drained(statuses: dict[str, PoolStatus]) -> set[str]:
+    """The pools an operator drained, of these status rows."""
+    return {name for name, status in statuses.items() if status.drained}
+
+
 def publish(
     connection: Connection, name: str, *, generation: int, ready: bool, reason: str | None, removed: bool
 ) -> None:
