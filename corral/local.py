@@ -26,7 +26,7 @@ from corral.api.app import build_app
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudProvider
 from corral.files import write_private
-from corral.model import Job, Runner, RunnerState
+from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.sandbox.server import SandboxInfo, bind_socket
 from corral.serve import server_config
 from corral.service import Service
@@ -161,6 +161,10 @@ class LocalCorral:
 
     def runners(self, *, pool: str | None = None, states: Iterable[RunnerState] | None = None) -> list[Runner]:
         return self.service.store.run_blocking(runners.listing, pool=pool, states=states)
+
+    def events(self, runner_id: str) -> list[RunnerEvent]:
+        """The runner's history, oldest first."""
+        return self.service.store.run_blocking(runners.events, runner_id)
 
     def create_token(self, name: str, scope: str) -> tuple[ApiToken, str]:
         return self.service.store.run_blocking(tokens.create, name, scope)

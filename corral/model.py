@@ -119,6 +119,11 @@ class Reason(StrEnum):
     POOL_REMOVED = "pool_removed"
     POOL_DRAINED = "pool_drained"
     OPERATOR = "operator"
+    ABANDONED_JOB = "abandoned_job"
+    """A scale set's runner never picked up the job GitHub handed it; GitHub ended that attempt and handed
+    the job on (a hung VM, a runner that lost its network)."""
+    SCALE_SET_REPLACED = "scale_set_replaced"
+    """Its scale set was deleted on GitHub (or renamed) and another took its place: GitHub hands it no job."""
     GONE = "gone"
     """Server and registration are both gone."""
     UNKNOWN = "unknown"

@@ -7,16 +7,22 @@ configs from `generatejitconfig`) can take them. Long polls are short here (`lon
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from bench.support import CorralProcess, free_port
 from corral.files import write_private
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.metrics import REGISTRY
+from corral.model import Runner
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
@@ -140,6 +146,31 @@ def test_a_scale_set_pool_recovers_from_what_github_does_to_its_listener(
     assert started <= len(jobs) + 1, f"{started} runners for {len(jobs)} jobs: a message that came again started more"
 
 
+def test_a_job_whose_runner_never_picked_it_up_is_served_by_a_new_runner(
+    control: httpx.Client, start_corral: StartCorral
+) -> None:
+    """GitHub hands the job to one of the scale set's idle runners, which hangs: after `reassign_after_s`
+    GitHub ends that attempt (naming the runner) and hands the job on. corral must not count the hung runner
+    as the job's free runner: it retires it and starts another, which runs the job."""
+    corral = start_two_pools(control, start_corral)
+    control.put("/scalesets/settings", json={"long_poll_s": POLL_S, "reassign_after_s": 1.0}).raise_for_status()
+    wait_until(lambda: listening(corral), timeout=20, what="listening")
+    control.put("/faults", json={"world": {"scaleset_pickup_stall_rate": 1.0}}).raise_for_status()
+    job_id = queue(control, ["ci"])
+    wait_until(
+        lambda: control.get("/stats").json()["counters"].get("scaleset_pickups_stalled", 0) >= 1,
+        timeout=30,
+        what="the job handed to a runner that hangs",
+    )
+    control.put("/faults", json={"world": {}}).raise_for_status()
+    wait_until(lambda: completed(control, [job_id]), timeout=30, what="the job served after its runner hung")
+
+    ran_on = control.get(f"/jobs/{job_id}").json()["runner_name"]
+    hung = [runner for runner in corral.runners(pool="ci") if retired_for(corral, runner) == "abandoned_job"]
+    assert len(hung) == 1 and hung[0].name != ran_on, f"the hung runner retired, the job run by another: {hung}"
+    assert len(corral.runners(pool="ci")) == 2, "one runner for the hung attempt, one that ran the job"
+
+
 def test_a_corral_killed_mid_session_takes_its_session_back_at_once(
     sandbox: Sandbox, control: httpx.Client, tmp_path: Path
 ) -> None:
@@ -198,3 +229,83 @@ def test_a_scale_set_follows_its_pool_through_reloads_and_goes_with_it(
     del document["pools"]["ci"]
     assert corral.reload(document) == []
     wait_until(lambda: scale_sets(control) == [], timeout=30, what="the removed pool's scale set deleted")
+
+
+def retired_for(corral: LocalCorral, runner: Runner) -> str | None:
+    """Why the runner was retired (the reason of its move to `deleting`), if it was."""
+    moves = [event.reason.value for event in corral.events(runner.id) if event.to_state == "deleting"]
+    return moves[0] if moves else None
+
+
+def jobs_completed(control: httpx.Client) -> int:
+    return int(control.get("/stats").json()["github"]["jobs"]["completed"])
+
+
+def completed_at_least(control: httpx.Client, count: int) -> bool:
+    return jobs_completed(control) >= count
+
+
+def nothing_left(control: httpx.Client) -> bool:
+    stats = control.get("/stats").json()
+    return bool(stats["cloud"]["servers"] == 0 and stats["github"]["runners"]["registered"] == 0)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("faults", [False, True], ids=["clean", "every-fault-once"])
+def test_two_hundred_jobs_over_a_webhook_pool_and_a_scale_set_pool(
+    control: httpx.Client, start_corral: StartCorral, faults: bool
+) -> None:
+    """A trace of 200 jobs, half for each intake: every job served, nothing left behind; and with each fault
+    GitHub's scale-set service can throw injected once while the trace runs, still every job served."""
+    corral = start_two_pools(control, start_corral, max_runners=20)
+    control.put("/scalesets/settings", json={"long_poll_s": POLL_S, "reassign_after_s": 2.0}).raise_for_status()
+    scale_set = wait_until(lambda: listening(corral), timeout=20, what="listening")["scale_set_id"]
+    rng = random.Random(13)
+    arrivals = sorted(rng.uniform(0, 15) for _ in range(200))
+    jobs = [
+        {"at": at, "repo": f"{ORG}/app", "labels": ["ci" if n % 2 else "small"], "duration": rng.uniform(0.05, 0.5)}
+        for n, at in enumerate(arrivals)
+    ]
+    assert control.post("/trace", json={"jobs": jobs}).json()["scheduled"] == 200
+
+    def world(**settings: float) -> Callable[[], object]:
+        return lambda: control.put("/faults", json={"world": settings}).raise_for_status()
+
+    def post(path: str) -> Callable[[], object]:
+        return lambda: control.post(path).raise_for_status()
+
+    def delete_scale_set() -> None:
+        control.delete(f"/scalesets/{scale_set}").raise_for_status()
+
+    # Each fault once, at its point of the trace (by jobs completed); the rates are switched off again.
+    injected: list[tuple[str, Callable[[], object]]] = [
+        ("queue token expired", post(f"/scalesets/{scale_set}/session/expire-token")),
+        ("admin token expired", post("/scalesets/admin-tokens/expire")),
+        ("acknowledgements lost", world(scaleset_ack_drop_rate=0.5)),
+        ("a runner hangs on its job", world(scaleset_pickup_stall_rate=0.2)),
+        ("rates off", world()),
+        ("session evicted", post(f"/scalesets/{scale_set}/session/kill")),
+        ("scale set deleted", delete_scale_set),
+    ]
+    for step, (what, inject) in enumerate(injected if faults else []):
+        wait_until(partial(completed_at_least, control, 15 + step * 20), timeout=120, what=f"jobs done before: {what}")
+        inject()
+    wait_until(lambda: jobs_completed(control) == 200, timeout=240, what="all 200 jobs completed")
+    wait_until(lambda: nothing_left(control), timeout=60, what="no server or registration left")
+
+    stats = control.get("/stats").json()
+    assert stats["counters"].get("scaleset_jobs_never_picked_up", 0) == 0, (
+        "a job GitHub failed: its runners never took it"
+    )
+    started = {pool: len(corral.runners(pool=pool)) for pool in ("small", "ci")}
+    if faults:
+        assert (
+            stats["counters"].get("scaleset_pickups_stalled", 0) > 0
+            and stats["counters"].get("scaleset_acks_dropped", 0) > 0
+        ), stats["counters"]
+        retired = Counter(retired_for(corral, runner) for runner in corral.runners(pool="ci"))
+        print(f"runners started {started}; the ci pool's retired by reason: {dict(retired)}")
+    else:
+        assert started["small"] + started["ci"] <= 204, f"runners per job at most 1.02: {started} for 200 jobs"
+    with corral.api() as api:
+        wait_until(lambda: api.get("/api/v1/runners").json() == [], what="corral's own view agrees: no live runner")

@@ -158,7 +158,7 @@ class Engine:
             status=self.status,
             log_once=self.log_once,
             fence=self.leases.fence,
-            scale_set_statistics=self.scalesets.statistics,
+            scale_sets=self.scalesets,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from string import Template
+from typing import Protocol
 
 from corral.clock import utcnow
 from corral.config import CorralConfig
@@ -27,6 +28,30 @@ from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
 from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
+
+ENDED_BY_GITHUB = {
+    Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
+    Reason.SCALE_SET_REPLACED: "its scale set is gone on GitHub: no job comes to it",
+}
+
+
+class ScaleSetNews(Protocol):
+    """What a scale-set pool's listener heard from GitHub (`engine.scalesets.ScaleSetIntake`)."""
+
+    def statistics(self, name: str) -> Statistics | None: ...
+
+    def ended_runners(self, name: str) -> dict[str, Reason]:
+        """The pool's runners GitHub will hand no (more) job, by name, and why; the scaler removes those it
+        has dealt with."""
+        ...
+
+
+class NoScaleSets:
+    def statistics(self, name: str) -> Statistics | None:
+        return None
+
+    def ended_runners(self, name: str) -> dict[str, Reason]:
+        return {}
 
 
 class Scaler:
@@ -45,7 +70,7 @@ class Scaler:
         status: StatusPublisher,
         log_once: LogOnce,
         fence: Callable[[str], Fence | None] = lambda _: None,
-        scale_set_statistics: Callable[[str], Statistics | None] = lambda _: None,
+        scale_sets: ScaleSetNews | None = None,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
         gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
@@ -61,7 +86,7 @@ class Scaler:
         self.status = status
         self.log_once = log_once
         self._fence = fence
-        self._scale_set_statistics = scale_set_statistics
+        self._scale_sets = scale_sets or NoScaleSets()
 
     async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
         """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
@@ -77,7 +102,8 @@ class Scaler:
         if pool.intake == "scale_set":
             # GitHub, not corral, gives the scale set's jobs to its idle runners: the pool wants a free runner
             # for each job assigned to the scale set and not yet running (`min_idle + assigned` in all).
-            statistics = self._scale_set_statistics(name)
+            states = self._retire_abandoned(name, current, states)
+            statistics = self._scale_sets.statistics(name)
             queued_total = max((statistics.assigned if statistics else 0) - states[RunnerState.BUSY], 0)
             waiting = queued_total
         else:
@@ -120,6 +146,37 @@ class Scaler:
         )
         await self.status.publish(snapshot, self._generation())
         return requeue_after
+
+    def _retire_abandoned(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> Counter[RunnerState]:
+        """Retire the scale set's runners GitHub will hand no job while corral still counts them idle; returns
+        the states as they will be, so this pass already replaces them.
+
+        GitHub hands a scale set's job to one of its idle runners. One that never picks it up (a hung VM, a
+        runner that lost its network) stays registered and online, but GitHub ends that attempt (`JobCompleted`,
+        `canceled`, naming the runner), hands it nothing more and assigns the job again. The runners of a scale
+        set GitHub deleted are as useless once another replaces it. Counted idle, such a runner would stand in
+        for a waiting job forever. A runner that ran its job is done too (ephemeral); the judge usually sees
+        that first, and a name that is not idle by the time the pool looks is dropped, except while corral has
+        not yet seen the runner register.
+        """
+        ended = self._scale_sets.ended_runners(name)
+        if not ended:
+            return states
+        by_name = {runner.name: runner for runner in current}
+        abandoned: list[tuple[Runner, Reason]] = []
+        for runner_name, reason in list(ended.items()):
+            runner = by_name.get(runner_name)
+            if runner is not None and runner.state in STARTING_STATES:
+                continue  # not seen registered yet: judged once it is
+            del ended[runner_name]
+            if runner is not None and runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id):
+                abandoned.append((runner, reason))
+        for runner, reason in abandoned:
+            self.retire([runner], [RunnerState.IDLE], reason, ENDED_BY_GITHUB.get(reason))
+        after = Counter(states)
+        after[RunnerState.IDLE] -= len(abandoned)
+        after[RunnerState.DELETING] += len(abandoned)
+        return after
 
     async def _demand(self, name: str, needed: int) -> tuple[list[QueuedJob], Demand, bool]:
         """The pool's queued jobs judged (`policy.judge_demand`), read a page at a time until `needed` of them

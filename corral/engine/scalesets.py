@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TypeVar
 
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import Backoff, LogOnce
@@ -42,9 +43,12 @@ from corral.github.scaleset import (
     Statistics,
 )
 from corral.metrics import SCALE_SET_MESSAGES, SCALE_SET_POLLS, SCALE_SET_RECOVERIES
+from corral.model import Reason
 from corral.store import Store, pools
 
 logger = logging.getLogger("corral.scalesets")
+
+_V = TypeVar("_V")
 
 
 class SessionState(StrEnum):
@@ -98,6 +102,12 @@ class ScaleSetListener:
         self._last_message_id = 0
         self._applied: tuple[str, str, tuple[str, ...]] | None = None
         """The name, runner group and labels the scale set was last brought in line with."""
+        self.ended_runners: dict[str, Reason] = {}
+        """Runners GitHub will hand no (more) job: named in a `JobCompleted` (their job is over, run or not),
+        or of a scale set GitHub deleted. The scaler retires those still idle and removes each name it has
+        dealt with."""
+        self._issued: dict[str, int] = {}
+        """Runner name -> the scale set its JIT config came from (the newest MAX_REMEMBERED)."""
 
     @property
     def scale_set_id(self) -> int | None:
@@ -139,6 +149,7 @@ class ScaleSetListener:
                 logger.warning(
                     "pool %s: scale set %s is gone on GitHub; creating it again", self.pool, self.scale_set_id
                 )
+                self._scale_set_replaced(self.scale_set_id)
                 self._scale_set = None
                 self._session = None
             except (GitHubError, KeyError, ValueError) as exc:
@@ -206,6 +217,7 @@ class ScaleSetListener:
                 listened = self.scale_set_id
                 await self._ensure_scale_set()
                 if self.scale_set_id != listened:
+                    self._scale_set_replaced(listened)
                     await self.close()
                     return
             session = self._session
@@ -256,6 +268,9 @@ class ScaleSetListener:
             return
         for job in message.jobs:
             SCALE_SET_MESSAGES.labels(job.kind if job.kind in KNOWN_KINDS else "other").inc()
+        for job in message.jobs:
+            if job.kind == "JobCompleted" and job.runner_name:
+                self._ended(job.runner_name, Reason.ABANDONED_JOB)
         available = [job.runner_request_id for job in message.jobs if job.kind == "JobAvailable"]
         if available:
             await self._service.acquire_jobs(session, available)
@@ -290,10 +305,35 @@ class ScaleSetListener:
         if self._scale_set is None:
             await self._ensure_scale_set()
         assert self._scale_set is not None
-        return await self._service.generate_jit_config(self._scale_set.id, runner_name)
+        scale_set_id = self._scale_set.id
+        config = await self._service.generate_jit_config(scale_set_id, runner_name)
+        remember(self._issued, runner_name, scale_set_id)
+        return config
+
+    def _ended(self, runner_name: str, reason: Reason) -> None:
+        remember(self.ended_runners, runner_name, reason)
+
+    def _scale_set_replaced(self, old: int | None) -> None:
+        """The runners of a scale set that is gone get no job: retire them (the scaler does)."""
+        for runner_name, scale_set_id in list(self._issued.items()):
+            if scale_set_id == old:
+                del self._issued[runner_name]
+                self._ended(runner_name, Reason.SCALE_SET_REPLACED)
 
 
 KNOWN_KINDS = frozenset({"JobAvailable", "JobAssigned", "JobStarted", "JobCompleted"})
+
+MAX_REMEMBERED = 10_000
+"""Runners remembered per pool at most, ended or issued a JIT config (the oldest are forgotten first; a pass
+drops every ended name but those of runners still starting, so the bound matters only if no pass runs)."""
+
+
+def remember(memory: dict[str, _V], key: str, value: _V) -> None:
+    """Note `key` as the newest entry, forgetting the oldest beyond MAX_REMEMBERED."""
+    memory.pop(key, None)
+    memory[key] = value
+    while len(memory) > MAX_REMEMBERED:
+        del memory[next(iter(memory))]
 
 
 class ScaleSetIntake:
@@ -368,6 +408,10 @@ class ScaleSetIntake:
     def statistics(self, name: str) -> Statistics | None:
         listener = self.listeners.get(name)
         return listener.status.statistics if listener else None
+
+    def ended_runners(self, name: str) -> dict[str, Reason]:
+        listener = self.listeners.get(name)
+        return listener.ended_runners if listener else {}
 
     def status(self, name: str) -> ScaleSetStatus | None:
         listener = self.listeners.get(name)
