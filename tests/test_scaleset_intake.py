@@ -22,7 +22,7 @@ from bench.support import CorralProcess, free_port
 from corral.files import write_private
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.metrics import REGISTRY
-from corral.model import Runner
+from corral.model import Runner, RunnerState
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
@@ -169,6 +169,23 @@ def test_a_job_whose_runner_never_picked_it_up_is_served_by_a_new_runner(
     hung = [runner for runner in corral.runners(pool="ci") if retired_for(corral, runner) == "abandoned_job"]
     assert len(hung) == 1 and hung[0].name != ran_on, f"the hung runner retired, the job run by another: {hung}"
     assert len(corral.runners(pool="ci")) == 2, "one runner for the hung attempt, one that ran the job"
+
+
+def test_the_warm_runners_of_a_scale_set_github_deleted_are_replaced(
+    control: httpx.Client, start_corral: StartCorral
+) -> None:
+    """GitHub deletes a scale set that idled for days; corral creates it again, but its warm runner still
+    belongs to the old one and would never get a job, while counting as the pool's `min_idle`."""
+    corral = start_two_pools(control, start_corral, min_idle=1)
+    first = wait_until(lambda: listening(corral), timeout=20, what="listening")["scale_set_id"]
+    (old,) = wait_until(lambda: corral.runners(pool="ci", states=[RunnerState.IDLE]), timeout=30, what="a warm runner")
+    control.delete(f"/scalesets/{first}").raise_for_status()
+    wait_until(
+        lambda: retired_for(corral, old) == "scale_set_replaced", timeout=30, what="the old set's runner retired"
+    )
+    job_id = queue(control, ["ci"])
+    wait_until(lambda: completed(control, [job_id]), timeout=30, what="a job served on the new scale set")
+    assert control.get(f"/jobs/{job_id}").json()["runner_name"] != old.name
 
 
 def test_a_corral_killed_mid_session_takes_its_session_back_at_once(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from string import Template
 from typing import Protocol
 
@@ -45,6 +45,10 @@ class ScaleSetNews(Protocol):
         has dealt with."""
         ...
 
+    def replaced_at(self, name: str) -> datetime | None:
+        """When the pool's scale set was replaced by another: older runners get no job."""
+        ...
+
 
 class NoScaleSets:
     def statistics(self, name: str) -> Statistics | None:
@@ -52,6 +56,9 @@ class NoScaleSets:
 
     def ended_runners(self, name: str) -> dict[str, Reason]:
         return {}
+
+    def replaced_at(self, name: str) -> datetime | None:
+        return None
 
 
 class Scaler:
@@ -160,8 +167,7 @@ class Scaler:
         not yet seen the runner register.
         """
         ended = self._scale_sets.ended_runners(name)
-        if not ended:
-            return states
+        replaced_at = self._scale_sets.replaced_at(name)
         by_name = {runner.name: runner for runner in current}
         abandoned: list[tuple[Runner, Reason]] = []
         for runner_name, reason in list(ended.items()):
@@ -171,6 +177,18 @@ class Scaler:
             del ended[runner_name]
             if runner is not None and runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id):
                 abandoned.append((runner, reason))
+        if replaced_at is not None:
+            taken = {runner.id for runner, _ in abandoned}
+            abandoned += [
+                (runner, Reason.SCALE_SET_REPLACED)
+                for runner in current
+                if runner.state is RunnerState.IDLE
+                and runner.created_at < replaced_at
+                and runner.id not in taken
+                and not self.supervisor.busy(runner.id)
+            ]
+        if not abandoned:
+            return states
         for runner, reason in abandoned:
             self.retire([runner], [RunnerState.IDLE], reason, ENDED_BY_GITHUB.get(reason))
         after = Counter(states)

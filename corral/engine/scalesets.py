@@ -26,9 +26,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
-from typing import TypeVar
 
+from corral.clock import utcnow
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import Backoff, LogOnce
 from corral.github.client import GitHubClient, GitHubError, JitConfig
@@ -47,8 +48,6 @@ from corral.model import Reason
 from corral.store import Store, pools
 
 logger = logging.getLogger("corral.scalesets")
-
-_V = TypeVar("_V")
 
 
 class SessionState(StrEnum):
@@ -106,8 +105,12 @@ class ScaleSetListener:
         """Runners GitHub will hand no (more) job: named in a `JobCompleted` (their job is over, run or not),
         or of a scale set GitHub deleted. The scaler retires those still idle and removes each name it has
         dealt with."""
-        self._issued: dict[str, int] = {}
-        """Runner name -> the scale set its JIT config came from (the newest MAX_REMEMBERED)."""
+        self.replaced_at: datetime | None = None
+        """When the pool's scale set was last replaced by another (GitHub deleted it, or a reload renamed it):
+        a runner created before then has its JIT config from the old one, and GitHub hands it no job."""
+        self._known_id: int | None = None
+        """The scale set this pool last had, as this listener or (at first) the pool's status row knew it."""
+        self._read_known = False
 
     @property
     def scale_set_id(self) -> int | None:
@@ -149,7 +152,6 @@ class ScaleSetListener:
                 logger.warning(
                     "pool %s: scale set %s is gone on GitHub; creating it again", self.pool, self.scale_set_id
                 )
-                self._scale_set_replaced(self.scale_set_id)
                 self._scale_set = None
                 self._session = None
             except (GitHubError, KeyError, ValueError) as exc:
@@ -176,6 +178,7 @@ class ScaleSetListener:
         elif list(current.labels) != labels or current.runner_group_id != group_id:
             current = await self._service.update_scale_set(current.id, name, group_id, labels)
             logger.info("pool %s: scale set %r updated (id %d)", self.pool, name, current.id)
+        await self._note_scale_set(current)
         self._scale_set = current
         self._applied = (name, pool.runner_group, tuple(labels))
         self.status = replace(self.status, scale_set_id=current.id)
@@ -217,7 +220,6 @@ class ScaleSetListener:
                 listened = self.scale_set_id
                 await self._ensure_scale_set()
                 if self.scale_set_id != listened:
-                    self._scale_set_replaced(listened)
                     await self.close()
                     return
             session = self._session
@@ -305,35 +307,38 @@ class ScaleSetListener:
         if self._scale_set is None:
             await self._ensure_scale_set()
         assert self._scale_set is not None
-        scale_set_id = self._scale_set.id
-        config = await self._service.generate_jit_config(scale_set_id, runner_name)
-        remember(self._issued, runner_name, scale_set_id)
-        return config
+        return await self._service.generate_jit_config(self._scale_set.id, runner_name)
 
     def _ended(self, runner_name: str, reason: Reason) -> None:
-        remember(self.ended_runners, runner_name, reason)
+        """Note the newest ended runner, forgetting the oldest beyond MAX_ENDED_RUNNERS."""
+        self.ended_runners.pop(runner_name, None)
+        self.ended_runners[runner_name] = reason
+        while len(self.ended_runners) > MAX_ENDED_RUNNERS:
+            del self.ended_runners[next(iter(self.ended_runners))]
 
-    def _scale_set_replaced(self, old: int | None) -> None:
-        """The runners of a scale set that is gone get no job: retire them (the scaler does)."""
-        for runner_name, scale_set_id in list(self._issued.items()):
-            if scale_set_id == old:
-                del self._issued[runner_name]
-                self._ended(runner_name, Reason.SCALE_SET_REPLACED)
+    async def _note_scale_set(self, scale_set: ScaleSet) -> None:
+        """Remember the pool's scale set; one that replaces another (across restarts too: the status row keeps
+        the last id) makes the runners created before now useless."""
+        if not self._read_known:
+            stored = (await self._store.run(pools.statuses)).get(self.pool)
+            self._known_id = stored.scale_set_id if stored else None
+            self._read_known = True
+        if self._known_id is not None and self._known_id != scale_set.id:
+            self.replaced_at = utcnow()
+            logger.warning(
+                "pool %s: scale set %d replaces %d; the runners made for the old one are retired",
+                self.pool,
+                scale_set.id,
+                self._known_id,
+            )
+        self._known_id = scale_set.id
 
 
 KNOWN_KINDS = frozenset({"JobAvailable", "JobAssigned", "JobStarted", "JobCompleted"})
 
-MAX_REMEMBERED = 10_000
-"""Runners remembered per pool at most, ended or issued a JIT config (the oldest are forgotten first; a pass
-drops every ended name but those of runners still starting, so the bound matters only if no pass runs)."""
-
-
-def remember(memory: dict[str, _V], key: str, value: _V) -> None:
-    """Note `key` as the newest entry, forgetting the oldest beyond MAX_REMEMBERED."""
-    memory.pop(key, None)
-    memory[key] = value
-    while len(memory) > MAX_REMEMBERED:
-        del memory[next(iter(memory))]
+MAX_ENDED_RUNNERS = 10_000
+"""Ended runners remembered per pool at most (the oldest are forgotten first; a pass drops every name but
+those of runners still starting, so the bound matters only if no pass runs)."""
 
 
 class ScaleSetIntake:
@@ -412,6 +417,10 @@ class ScaleSetIntake:
     def ended_runners(self, name: str) -> dict[str, Reason]:
         listener = self.listeners.get(name)
         return listener.ended_runners if listener else {}
+
+    def replaced_at(self, name: str) -> datetime | None:
+        listener = self.listeners.get(name)
+        return listener.replaced_at if listener else None
 
     def status(self, name: str) -> ScaleSetStatus | None:
         listener = self.listeners.get(name)
