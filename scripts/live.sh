@@ -12,6 +12,7 @@
 #                   so a ministack someone else started is left alone
 #   LIVE_TIMEOUT_S  hard limit for the test phase (default 600); pytest is interrupted, cleans up, and
 #                   ministack is still stopped
+#   LIVE_SKIP_INSTALL=1  do not run scripts/install.sh (corral's .venv is ready and in use)
 #   LIVE_DRY_RUN=1  only resolve and check the paths above, print them and exit: installs and starts nothing
 #   LIVE_PHASE      all (default): install, start, test, stop. CI splits it in two, so that ministack's
 #                   install and start (~1-3 min, mostly waiting) overlap the main suite's install and lint:
@@ -85,8 +86,9 @@ if ! ministack_installed; then
   echo "[live] installing ministack into $VENV"
   MINISTACK_VENV="$VENV" bash "$MINISTACK_DIR/install.sh"
 fi
-# The start phase runs beside `scripts/install.sh` of the main suite: it leaves corral's .venv alone.
-[ "$LIVE_PHASE" = start ] || bash scripts/install.sh
+# The start phase leaves corral's .venv alone; LIVE_SKIP_INSTALL=1 (CI, which installed it first) skips it in
+# the test phase too, which runs beside the main suite there.
+[ "$LIVE_PHASE" = start ] || [ "${LIVE_SKIP_INSTALL:-0}" = 1 ] || bash scripts/install.sh
 phase install "$t"
 
 # ---------------------------------------------------------------- start
