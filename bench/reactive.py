@@ -10,11 +10,15 @@ and prints (never asserts):
 - then a steady rate (20 jobs/s for 60 s): queued -> create request p50/p99 (from the job's arrival, the
   row's `received_at`, to the runner's `creating` event, both written by corral with one clock), corral's
   CPU per job (process CPU seconds / jobs, over the steady phase), runners and GitHub calls per job;
+- the two intakes side by side, in one corral with a webhook pool and a scale-set pool (`intake: scale_set`),
+  each fed the steady rate in turn: queued -> create request p50/p99 (from the job's queue time at GitHub to
+  the create request of the runner that ran it), queued -> started p50/p99, runners and GitHub calls per job
+  (REST and the Actions service apart);
 - webhook intake alone: signed `workflow_job` deliveries (GitHub's own example payload, ~8 KB) posted by 16
   keep-alive connections as fast as corral answers 202, on SQLite and on PostgreSQL, with corral's CPU
   per delivery.
 
-    .venv/bin/python bench/reactive.py [--burst 500] [--rate 20] [--seconds 60] [--intake 3000]
+    .venv/bin/python bench/reactive.py [--burst 500] [--rate 20] [--seconds 60] [--intake 3000] [--only PART]
 """
 
 from __future__ import annotations
@@ -199,6 +203,94 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
     )
 
 
+def creating_times(database: Path) -> dict[str, datetime]:
+    """Runner name -> when corral asked the cloud for its server."""
+    with sqlite3.connect(database) as db:
+        rows = db.execute(
+            "SELECT runners.name, runner_events.at FROM runner_events JOIN runners ON runners.id = runner_id "
+            "WHERE to_state = 'creating'"
+        ).fetchall()
+    return {name: _times(at) for name, at in rows}
+
+
+def github_calls(stats: dict[str, Any]) -> tuple[int, int]:
+    """(REST calls, Actions service calls) the sandbox's GitHub side answered so far."""
+    calls = stats["api_calls"]["github"]
+    actions = sum(n for key, n in calls.items() if "_apis" in key or "runner-registration" in key)
+    return sum(calls.values()) - actions, actions
+
+
+def intakes_side_by_side(args: argparse.Namespace, folder: Path) -> None:
+    """The same steady rate through a webhook pool, then through a scale-set pool, in one corral."""
+    sandbox, info = start_sandbox(folder / "sandbox-intakes")
+    try:
+        control = httpx.Client(base_url=info.control_url, timeout=60)
+        control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
+        pools = {
+            "hooked": pool_spec(["hooked"], max_runners=2000),
+            "polled": pool_spec(["polled"], max_runners=2000, intake="scale_set"),
+        }
+        database = folder / "intakes.db"
+        document = corral_config(info, f"sqlite:///{database}", pools, default_pool="hooked")
+        document["cloud"]["max_concurrent_creates"] = CREATES_AT_ONCE
+        corral, url, token = start_corral(info, document, folder)
+        process = psutil.Process(corral.pid)
+        phases: list[tuple[str, dict[str, Any], dict[str, Any], list[int], float]] = []
+        try:
+            headers = {"Authorization": f"Bearer {token}"}
+            wait_for(
+                lambda: any(
+                    pool["name"] == "polled" and pool.get("session") == "listening"
+                    for pool in httpx.get(f"{url}/api/v1/pools", headers=headers).json()
+                ),
+                60,
+                "the scale-set pool listening",
+            )
+            for pool in ("hooked", "polled"):
+                before = control.get("/stats").json()
+                cpu_before = cpu_s(process)
+                done = before["github"]["jobs"]["completed"]
+                jobs = [
+                    {"at": i / args.rate, "repo": "octo-org/app", "labels": [pool], "duration": 1.0}
+                    for i in range(int(args.rate * args.seconds))
+                ]
+                control.post("/trace", json={"jobs": jobs}).raise_for_status()
+                wait_for(
+                    lambda done=done, jobs=jobs: (
+                        control.get("/stats").json()["github"]["jobs"]["completed"] == done + len(jobs)
+                    ),
+                    args.seconds + 300,
+                    f"the {pool} pool's jobs completed",
+                )
+                wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "every server gone")
+                ids = [job["id"] for job in control.get("/jobs").json() if job["labels"] == [pool]]
+                phases.append((pool, before, control.get("/stats").json(), ids, cpu_s(process) - cpu_before))
+            views = {job["id"]: job for job in control.get("/jobs").json()}
+        finally:
+            corral.stop()
+    finally:
+        stop(sandbox)
+    created = creating_times(database)
+    for pool, before, after, ids, cpu in phases:
+        to_create = [
+            (created[views[i]["runner_name"]].timestamp() - views[i]["queued_at_s"]) * 1000
+            for i in ids
+            if views[i]["runner_name"] in created
+        ]
+        to_start = [(views[i]["started_at_s"] - views[i]["queued_at_s"]) * 1000 for i in ids]
+        rest = github_calls(after)[0] - github_calls(before)[0]
+        actions = github_calls(after)[1] - github_calls(before)[1]
+        servers = after["cloud"]["servers_created"] - before["cloud"]["servers_created"]
+        print(
+            f"intake={'webhook' if pool == 'hooked' else 'scale_set'} jobs={len(ids)} "
+            f"queued_to_create_p50_ms={statistics.median(to_create):.0f} "
+            f"p99_ms={percentile(to_create, 0.99):.0f} "
+            f"queued_to_started_p50_ms={statistics.median(to_start):.0f} p99_ms={percentile(to_start, 0.99):.0f} "
+            f"runners_per_job={servers / len(ids):.3f} rest_calls_per_job={rest / len(ids):.2f} "
+            f"actions_calls_per_job={actions / len(ids):.2f} cpu_ms_per_job={cpu / len(ids) * 1000:.2f}"
+        )
+
+
 def signed_deliveries(secret: str, count: int) -> list[bytes]:
     example = json.loads((WEBHOOK_EXAMPLES / "workflow_job.queued.payload.json").read_text())
     example["workflow_job"]["labels"] = ["self-hosted", "small"]
@@ -253,7 +345,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--intake", type=int, default=3000)
-    parser.add_argument("--only", choices=["e2e", "intake"], help="run one part")
+    parser.add_argument("--only", choices=["e2e", "intakes", "intake"], help="run one part")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
@@ -261,6 +353,8 @@ def main() -> None:
             (folder / sub).mkdir()
         if args.only in (None, "e2e"):
             end_to_end(args, folder)
+        if args.only in (None, "intakes"):
+            intakes_side_by_side(args, folder)
         if args.only in (None, "intake"):
             intake(args, "sqlite", folder, nullcontext(f"sqlite:///{folder}/intake.db"))
             intake(args, "postgresql", folder, postgres_url())

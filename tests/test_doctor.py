@@ -410,3 +410,19 @@ def test_a_section_past_its_deadline_reports_what_it_found(setup: Setup, control
         "database connection",
         "database schema",
     }
+
+
+def test_a_scale_set_pool_is_checked_through_the_actions_service(setup: Setup) -> None:
+    setup.document["pools"]["ci"] = pool_spec(["ci"], intake="scale_set")
+    code, report = setup.json()
+    assert code == 0, failures(report)
+    check = item(report, "pool ci: scale set")
+    assert check["status"] == "pass" and "creates the scale set 'ci'" in check["detail"]
+
+    setup.document["pools"]["ci"]["runner_group"] = "gpu-runners"
+    code, report = setup.json()
+    assert code == 1
+    assert set(failures(report)) == {"pool ci: scale set"}
+    check = item(report, "pool ci: scale set")
+    assert "'gpu-runners' does not exist" in check["detail"]
+    assert "pools.ci.runner_group" in check["fix"] and "create the runner group 'gpu-runners'" in check["fix"]

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +274,32 @@ def test_a_replica_older_than_the_schema_a_newer_one_migrated_to_stops_acting(re
     wait_until(lambda: replicas.holders() == {}, timeout=LEASE_S * 3, what="the old replica letting its pools go")
     assert "newer than this corral knows" in old.log_path.read_text()
     assert old.exit_code is None, "it stays up (its API still answers) but acts for nothing"
+
+
+def test_every_replica_shows_a_scale_set_pool_whichever_holds_it(replicas: Replicas, control: httpx.Client) -> None:
+    """The scale set and its session live on the pool's holder; the others read them from the database."""
+    control.put("/scalesets/settings", json={"long_poll_s": 0.2}).raise_for_status()
+    pool = POOLS[2]
+    replicas.pool_settings[pool] = {"intake": "scale_set"}
+    live = replicas.start(2)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    (scale_set,) = wait_until(
+        lambda: [found for found in control.get("/scalesets").json() if found["session"]],
+        timeout=30,
+        what="the pool's holder listening on its scale set",
+    )
+    headers = {"Authorization": f"Bearer {replicas.token()}"}
+
+    def listening_on(process: CorralProcess) -> dict[str, Any] | None:
+        pools = httpx.get(f"{process.url}/api/v1/pools", headers=headers).json()
+        found: dict[str, Any] = next(found for found in pools if found["name"] == pool)
+        return found if found["session"] == "listening" else None
+
+    for process in live:
+        shown = wait_until(
+            partial(listening_on, process), timeout=30, what=f"{replicas.name(process)} showing the session"
+        )
+        assert (shown["intake"], shown["scale_set_id"]) == ("scale_set", scale_set["id"])
+        assert shown["held_by"] == replicas.holders()[pool]
+    jobs = queue(control, pool, 2)
+    wait_until(all_completed(control, jobs), timeout=45, what="the scale-set pool's jobs served")

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from corral.config import CorralConfig
 from corral.engine.coordinator import Engine
+from corral.engine.scalesets import SessionState
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
 from corral.store.leases import LeaseRow, ReplicaRow
@@ -40,8 +41,9 @@ class PoolView(BaseModel):
     """`webhook` or `scale_set`: how the pool hears of its jobs."""
     scale_set_id: int | None = None
     session: str | None = None
-    """A scale-set pool's session on the replica holding it: starting, listening, conflict or failing (None
-    when another replica holds the pool: ask that one)."""
+    """A scale-set pool's session: starting, listening, conflict or failing. For a pool another replica holds,
+    from the database: listening while its holder has a session open, starting otherwise (ask the holder for
+    more)."""
 
 
 async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
@@ -63,11 +65,17 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             busy=states[RunnerState.BUSY],
             queued_jobs=snapshot.queued_jobs,
         )
-        scale_set = engine.scalesets.status(name)
+        scale_set_id, session = None, None
         if name in remote:
             ready, reason = snapshot.ready, snapshot.reason
+            if pool is not None and pool.intake == "scale_set":
+                scale_set_id = snapshot.scale_set_id
+                session = (SessionState.LISTENING if snapshot.session_open else SessionState.STARTING).value
         else:
             ready, reason = engine.pool_ready(name) if pool else (False, "removed from the configuration")
+            scale_set = engine.scalesets.status(name)
+            if scale_set is not None:
+                scale_set_id, session = scale_set.scale_set_id, scale_set.state.value
         views.append(
             PoolView(
                 name=name,
@@ -91,8 +99,8 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 deleting=states[RunnerState.DELETING],
                 held_by=held_by.get(name),
                 intake=pool.intake if pool else "webhook",
-                scale_set_id=scale_set.scale_set_id if scale_set else None,
-                session=scale_set.state.value if scale_set else None,
+                scale_set_id=scale_set_id,
+                session=session,
             )
         )
     return views

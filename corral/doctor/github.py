@@ -33,6 +33,7 @@ from githubkit.exception import RequestError, RequestFailed
 
 from corral.config import CorralConfig, ScopeConfig
 from corral.doctor.report import Section
+from corral.doctor.scalesets import check_scale_sets
 from corral.github.client import scope_path
 
 CLOCK_LIMIT_S = 60.0
@@ -129,6 +130,7 @@ class GitHubDoctor:
             self._app()
         else:
             self._token()
+        check_scale_sets(self.config, self.section, self.timeout_s)
 
     def _clock(self) -> bool:
         """Reachability and clock skew from one unauthenticated request's `Date` header."""

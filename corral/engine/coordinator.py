@@ -603,6 +603,8 @@ class Engine:
                 ready=status.ready if status else False,
                 reason=status.reason if status else "not reconciled yet",
                 removed=status.removed if status else False,
+                scale_set_id=status.scale_set_id if status else None,
+                session_open=bool(status and status.scale_set_session),
             )
         return snapshots
 

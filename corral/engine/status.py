@@ -27,6 +27,10 @@ class PoolSnapshot:
     ready: bool = False
     reason: str | None = None
     removed: bool = False
+    scale_set_id: int | None = None
+    """A scale-set pool held by another replica: its scale set, as the holder recorded it."""
+    session_open: bool = False
+    """...and whether the holder has a session open on it."""
 
 
 class StatusPublisher:
