@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,7 +217,7 @@ def creating_times(database: Path) -> dict[str, datetime]:
 def github_calls(stats: dict[str, Any]) -> tuple[int, int]:
     """(REST calls, Actions service calls) the sandbox's GitHub side answered so far."""
     calls = stats["api_calls"]["github"]
-    actions = sum(n for key, n in calls.items() if "_apis" in key or "runner-registration" in key)
+    actions = sum(n for key, n in calls.items() if "/_actions/" in key or "runner-registration" in key)
     return sum(calls.values()) - actions, actions
 
 
@@ -289,6 +290,9 @@ def intakes_side_by_side(args: argparse.Namespace, folder: Path) -> None:
             f"runners_per_job={servers / len(ids):.3f} rest_calls_per_job={rest / len(ids):.2f} "
             f"actions_calls_per_job={actions / len(ids):.2f} cpu_ms_per_job={cpu / len(ids) * 1000:.2f}"
         )
+        calls = Counter(after["api_calls"]["github"])
+        calls.subtract(before["api_calls"]["github"])
+        print("  most called: " + ", ".join(f"{key} {n / len(ids):.2f}/job" for key, n in calls.most_common(4)))
 
 
 def signed_deliveries(secret: str, count: int) -> list[bytes]:
