@@ -243,6 +243,17 @@ def test_a_scale_set_follows_its_pool_through_reloads_and_goes_with_it(
     job_id = queue(control, ["ci", "linux"])
     wait_until(lambda: completed(control, [job_id]), timeout=30, what="a job for the new labels served")
 
+    # A new name is a new scale set: the old one goes once its runners have (none is busy here).
+    document["pools"]["ci"]["scale_set_name"] = "ci-linux"
+    assert corral.reload(document) == []
+    wait_until(
+        lambda: [found["name"] for found in scale_sets(control)] == ["ci-linux"],
+        timeout=30,
+        what="the renamed scale set in place of the old one",
+    )
+    job_id = queue(control, ["ci", "linux"])
+    wait_until(lambda: completed(control, [job_id]), timeout=30, what="a job served on the renamed scale set")
+
     del document["pools"]["ci"]
     assert corral.reload(document) == []
     wait_until(lambda: scale_sets(control) == [], timeout=30, what="the removed pool's scale set deleted")

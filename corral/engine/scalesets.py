@@ -44,8 +44,8 @@ from corral.github.scaleset import (
     Statistics,
 )
 from corral.metrics import SCALE_SET_MESSAGES, SCALE_SET_POLLS, SCALE_SET_RECOVERIES
-from corral.model import Reason
-from corral.store import Store, pools
+from corral.model import CAPACITY_STATES, Reason
+from corral.store import Store, pools, runners
 
 logger = logging.getLogger("corral.scalesets")
 
@@ -111,6 +111,9 @@ class ScaleSetListener:
         self._known_id: int | None = None
         """The scale set this pool last had, as this listener or (at first) the pool's status row knew it."""
         self._read_known = False
+        self._superseded: set[int] = set()
+        """Scale sets a new one replaced (a reload renamed the pool's, or moved it to another group): deleted
+        once no runner made before the change is left, so their running jobs finish."""
 
     @property
     def scale_set_id(self) -> int | None:
@@ -222,6 +225,8 @@ class ScaleSetListener:
                 if self.scale_set_id != listened:
                     await self.close()
                     return
+            if self._superseded:
+                await self._delete_superseded()
             session = self._session
             try:
                 message = await self._service.get_message(session, self._last_message_id, self._settings().max_runners)
@@ -236,6 +241,19 @@ class ScaleSetListener:
                 continue
             SCALE_SET_POLLS.labels("message").inc()
             await self._handle(session, message)
+
+    async def _delete_superseded(self) -> None:
+        """Delete the scale sets a new one replaced, once the last runner made before then is gone (one GitHub
+        deleted itself is gone already: fine)."""
+        assert self.replaced_at is not None
+        oldest = await self._store.run(runners.listing, pool=self.pool, states=CAPACITY_STATES, limit=1)
+        if oldest and oldest[0].created_at < self.replaced_at:
+            return
+        for scale_set_id in sorted(self._superseded):
+            with contextlib.suppress(NotFound):
+                await self._service.delete_scale_set(scale_set_id)
+                logger.info("pool %s: scale set %d, which another replaced, deleted", self.pool, scale_set_id)
+            self._superseded.discard(scale_set_id)
 
     async def _refresh(self, session: Session) -> Session | None:
         """A new queue token for the session; None (and the session forgotten) if GitHub ended it meanwhile
@@ -294,12 +312,14 @@ class ScaleSetListener:
             logger.warning("pool %s: could not close the scale set session: %s", self.pool, exc)
 
     async def delete_scale_set(self) -> None:
-        """The pool is gone and so are its runners: its scale set goes too (one already gone is fine)."""
-        if self._scale_set is None:
-            return
-        with contextlib.suppress(NotFound):
-            await self._service.delete_scale_set(self._scale_set.id)
-        logger.info("pool %s: scale set %d deleted", self.pool, self._scale_set.id)
+        """The pool is gone and so are its runners: its scale set goes too, with any it replaced (one already
+        gone is fine)."""
+        doomed = self._superseded | ({self._scale_set.id} if self._scale_set else set())
+        for scale_set_id in sorted(doomed):
+            with contextlib.suppress(NotFound):
+                await self._service.delete_scale_set(scale_set_id)
+            logger.info("pool %s: scale set %d deleted", self.pool, scale_set_id)
+        self._superseded.clear()
         self._scale_set = None
 
     async def jit_config(self, runner_name: str) -> JitConfig:
@@ -325,6 +345,7 @@ class ScaleSetListener:
             self._read_known = True
         if self._known_id is not None and self._known_id != scale_set.id:
             self.replaced_at = utcnow()
+            self._superseded.add(self._known_id)
             logger.warning(
                 "pool %s: scale set %d replaces %d; the runners made for the old one are retired",
                 self.pool,
