@@ -62,9 +62,13 @@ def listening(corral: LocalCorral) -> dict[str, Any] | None:
     return view if view["session"] == "listening" and view["scale_set_id"] else None
 
 
+@pytest.mark.parametrize("requires_acquire", [False, True], ids=["github.com", "enterprise-server"])
 def test_a_scale_set_pool_serves_its_jobs_beside_a_webhook_pool(
-    control: httpx.Client, start_corral: StartCorral
+    control: httpx.Client, start_corral: StartCorral, requires_acquire: bool
 ) -> None:
+    """On github.com GitHub assigns a job to the scale set itself; Enterprise Server announces it and the
+    first scale set to acquire it gets it."""
+    control.put("/scalesets/settings", json={"requires_acquire": requires_acquire}).raise_for_status()
     corral = start_two_pools(control, start_corral)
     view = wait_until(lambda: listening(corral), timeout=20, what="the ci pool listening on its scale set")
     assert view["intake"] == "scale_set"
@@ -83,6 +87,10 @@ def test_a_scale_set_pool_serves_its_jobs_beside_a_webhook_pool(
         assert control.get(f"/jobs/{job_id}").json()["runner_name"].startswith("corral-small-")
     ci_runners = [runner for runner in corral.runners(pool="ci")]
     assert 6 <= len(ci_runners) <= 7, f"about one runner per scale-set job, not more: {len(ci_runners)}"
+    shown = pools_view(corral)["ci"]
+    assert shown["job_messages"] >= 6 * 3, "assigned, started and completed, for each job"
+    assert shown["recoveries"] == 0
+    assert pools_view(corral)["small"]["job_messages"] is None
 
 
 def recoveries(kind: str) -> float:
@@ -142,6 +150,7 @@ def test_a_scale_set_pool_recovers_from_what_github_does_to_its_listener(
         served("while half the acknowledgements are lost (those messages come again)")
     control.put("/faults", json={"world": {}}).raise_for_status()
     served("at the end")
+    assert pools_view(corral)["ci"]["recoveries"] >= 4, "each recovery counted on the pool"
     started = len(corral.runners(pool="ci"))
     assert started <= len(jobs) + 1, f"{started} runners for {len(jobs)} jobs: a message that came again started more"
 

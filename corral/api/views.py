@@ -44,6 +44,10 @@ class PoolView(BaseModel):
     """A scale-set pool's session: starting, listening, conflict or failing. For a pool another replica holds,
     from the database: listening while its holder has a session open, starting otherwise (ask the holder for
     more)."""
+    job_messages: int | None = None
+    """Job messages a scale-set pool's listener handled since its replica took the pool (None elsewhere)."""
+    recoveries: int | None = None
+    """...and how often it recovered (a token renewed, a session opened anew, a scale set created again)."""
 
 
 async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
@@ -65,7 +69,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             busy=states[RunnerState.BUSY],
             queued_jobs=snapshot.queued_jobs,
         )
-        scale_set_id, session = None, None
+        scale_set_id, session, job_messages, recoveries = None, None, None, None
         if name in remote:
             ready, reason = snapshot.ready, snapshot.reason
             if pool is not None and pool.intake == "scale_set":
@@ -76,6 +80,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             scale_set = engine.scalesets.status(name)
             if scale_set is not None:
                 scale_set_id, session = scale_set.scale_set_id, scale_set.state.value
+                job_messages, recoveries = scale_set.job_messages, scale_set.recoveries
         views.append(
             PoolView(
                 name=name,
@@ -101,6 +106,8 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 intake=pool.intake if pool else "webhook",
                 scale_set_id=scale_set_id,
                 session=session,
+                job_messages=job_messages,
+                recoveries=recoveries,
             )
         )
     return views

@@ -67,6 +67,10 @@ class ScaleSetStatus:
     state: SessionState = SessionState.STARTING
     statistics: Statistics | None = None
     error: str | None = None
+    job_messages: int = 0
+    """Job messages handled since this replica took the pool (each counted once, redeliveries not)."""
+    recoveries: int = 0
+    """Recoveries since then, of every kind (`corral_scale_set_recoveries_total` has them by kind)."""
 
 
 def scale_set_name(name: str, pool: PoolConfig) -> str:
@@ -140,7 +144,7 @@ class ScaleSetListener:
                 raise
             except SessionConflict:
                 wait = backoff.failed()
-                SCALE_SET_RECOVERIES.labels("session_conflict").inc()
+                self._recovered("session_conflict")
                 self.status = replace(self.status, state=SessionState.CONFLICT, error="another session holds it")
                 self._log_once.warning(
                     f"scaleset:{self.pool}",
@@ -151,7 +155,7 @@ class ScaleSetListener:
                 await asyncio.sleep(wait)
             except NotFound:
                 # The scale set went (GitHub deletes idle ones): create it again, at once.
-                SCALE_SET_RECOVERIES.labels("scale_set_gone").inc()
+                self._recovered("scale_set_gone")
                 logger.warning(
                     "pool %s: scale set %s is gone on GitHub; creating it again", self.pool, self.scale_set_id
                 )
@@ -159,7 +163,7 @@ class ScaleSetListener:
                 self._session = None
             except (GitHubError, KeyError, ValueError) as exc:
                 wait = backoff.failed()
-                SCALE_SET_RECOVERIES.labels("error").inc()
+                self._recovered("error")
                 self.status = replace(self.status, state=SessionState.FAILING, error=str(exc)[:300])
                 self._log_once.warning(
                     f"scaleset:{self.pool}", f"pool {self.pool}: scale set intake failed, again in {wait:.0f}s: {exc}"
@@ -200,7 +204,7 @@ class ScaleSetListener:
                 raise
             # The session is this pool's own, left by a corral that was killed or lost the lease: this
             # replica holds the pool now, so end that session and open ours.
-            SCALE_SET_RECOVERIES.labels("session_taken_over").inc()
+            self._recovered("session_taken_over")
             logger.warning("pool %s: taking over session %s left by an earlier holder", self.pool, stale_id)
             old = Session(stale_id, self._scale_set.id, "", "", Statistics())
             with contextlib.suppress(NotFound):
@@ -263,11 +267,11 @@ class ScaleSetListener:
         except NotFound:
             await self._session_ended()
             return None
-        SCALE_SET_RECOVERIES.labels("queue_token_refreshed").inc()
+        self._recovered("queue_token_refreshed")
         return self._session
 
     async def _session_ended(self) -> None:
-        SCALE_SET_RECOVERIES.labels("session_evicted").inc()
+        self._recovered("session_evicted")
         logger.warning("pool %s: the session was ended on GitHub's side; opening a new one", self.pool)
         self._session = None
         await self._store.run(pools.set_scale_set, self.pool, self.scale_set_id, None)
@@ -288,6 +292,7 @@ class ScaleSetListener:
             return
         for job in message.jobs:
             SCALE_SET_MESSAGES.labels(job.kind if job.kind in KNOWN_KINDS else "other").inc()
+        self.status = replace(self.status, job_messages=self.status.job_messages + len(message.jobs))
         for job in message.jobs:
             if job.kind == "JobCompleted" and job.runner_name:
                 self._ended(job.runner_name, Reason.ABANDONED_JOB)
@@ -295,6 +300,10 @@ class ScaleSetListener:
         if available:
             await self._service.acquire_jobs(session, available)
         self._take(message.statistics)
+
+    def _recovered(self, kind: str) -> None:
+        SCALE_SET_RECOVERIES.labels(kind).inc()
+        self.status = replace(self.status, recoveries=self.status.recoveries + 1)
 
     def _take(self, statistics: Statistics) -> None:
         self.status = replace(self.status, statistics=statistics)

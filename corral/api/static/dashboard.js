@@ -189,7 +189,8 @@
           pool.deleting ? ` · ${pool.deleting} deleting` : "",
           pool.held_by ? ` · held by ${pool.held_by}` : "",
           pool.intake === "scale_set"
-            ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}`
+            ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
+                (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`)
             : "",
         ),
       );
