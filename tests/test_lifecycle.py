@@ -14,6 +14,7 @@ from githubkit import GitHub, TokenAuthStrategy
 
 from corral.clock import utcnow
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral.model import RunnerState
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
@@ -190,6 +191,27 @@ def test_a_burst_starts_one_runner_per_job(
 
     converge(corral, all_done, "the burst completed", timeout=60)
     assert control.get("/stats").json()["cloud"]["servers_created"] == 30, "a burst of N starts N, not N+k"
+
+
+def registration_deletes(control: httpx.Client) -> int:
+    calls = control.get("/stats").json()["api_calls"]["github"]
+    return int(calls.get("DELETE /orgs/{org}/actions/runners/{runner_id}", 0))
+
+
+def test_a_runner_that_deregistered_itself_after_its_job_costs_no_delete_call(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
+) -> None:
+    """An ephemeral runner deregisters itself after its job. A look made while it ran still lists it; deleting
+    that registration on the strength of it was one wasted GitHub call per job, half of a busy pool's budget."""
+    pools = {"small": pool_spec(["small"], max_runners=50)}
+    corral = start_corral(document=corral_config(sandbox.info, database_url, pools, reconcile_interval="1s"))
+    steady = {"jobs": [{"at": i / 10, "repo": f"{ORG}/app", "labels": ["small"], "duration": 1.0} for i in range(40)]}
+    control.post("/trace", json=steady).raise_for_status()
+    wait_until(lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == 40, what="the jobs done")
+    converge(corral, lambda: corral.runners(states=[RunnerState.DELETING]) == [], "every runner deleted")
+    assert control.get("/stats").json()["github"]["runners"]["registered"] == 0
+    deletes = registration_deletes(control)
+    assert deletes <= 4, f"{deletes} registration deletes for 40 runners that had deregistered themselves"
 
 
 def test_max_runners_caps_a_burst(

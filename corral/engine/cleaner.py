@@ -58,11 +58,15 @@ class Cleaner:
         # A registration the last look listed (found by name too: a crash between the JIT config and
         # recording its id leaves one corral knows only by the name it gave it), or, when the scope could
         # not be listed, the one corral recorded. An ephemeral runner deregisters itself after its job, so
-        # most runners need no call here at all.
+        # most runners need no call here at all: a listing from a look that began before the runner was
+        # done is stale for most of them (nearly one wasted call per job), so it waits for the next look,
+        # which begins after. Its server is gone by then, so no job can reach it meanwhile.
         listed_scope = observation is not None and runner.scope in observation.registrations
         registration = observation.registration_for(runner.scope, runner.name) if observation is not None else None
         if registration is not None:
-            await self.delete_registration(runner, registration.id)
+            assert observation is not None
+            if observation.started_at >= runner.state_changed_at:
+                await self.delete_registration(runner, registration.id)
         elif not listed_scope and runner.github_runner_id is not None:
             await self.delete_registration(runner, runner.github_runner_id)
 
