@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import fields
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from corral.cloud.quota import Headroom
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -54,6 +59,26 @@ CAPACITY_REFUSALS = Counter(
 LEASE_ACQUISITIONS = Counter(
     "corral_lease_acquisitions_total", "Pool leases this replica acquired, by pool", ["pool"], registry=REGISTRY
 )
+QUOTA_HEADROOM = Gauge(
+    "corral_quota_headroom",
+    "What the project may still create, per resource (instances, cores, ram_mb, volumes, gigabytes), as of the "
+    "last look; a resource without a limit, or limits that could not be read, has no sample",
+    ["resource"],
+    registry=REGISTRY,
+)
+
+
+def publish_headroom(headroom: Headroom | None) -> None:
+    """Set the headroom gauge to the last reading: unlimited resources (or an unread quota) have no sample."""
+    limited = headroom.limited() if headroom is not None else {}
+    for field in fields(Headroom):
+        if field.name in limited:
+            QUOTA_HEADROOM.labels(field.name).set(limited[field.name])
+        else:
+            with contextlib.suppress(KeyError):
+                QUOTA_HEADROOM.remove(field.name)
+
+
 ORPHANS_DELETED = Counter(
     "corral_orphans_deleted_total",
     "What the join of the cloud's servers and GitHub's registrations with corral's runners found and deleted: "

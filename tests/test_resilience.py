@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral.metrics import REGISTRY
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
@@ -90,6 +91,25 @@ def test_quota_exhaustion_makes_the_pool_wait_then_recover(
     assert all("quota" in reason for reason in runner_failures(corral) if reason), (
         "every failure was the quota, reported as such"
     )
+
+
+def test_the_quota_headroom_is_shown_per_pool_and_as_a_metric(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any
+) -> None:
+    """Each look reads the project's limits: the pools view says how many more of a pool's servers fit and what
+    limits it, and `corral_quota_headroom` has what is left of each limited resource."""
+    connection = sandbox_connection(sandbox.info)
+    vcpus = int(connection.compute.find_flavor(pool_spec(["small"])["flavor"], ignore_missing=False).vcpus)
+    connection.close()
+    cores = 7 * vcpus + vcpus // 2  # room for 7 servers after the 2 warm ones if cores were all that counted
+    control.put("/quota", json={"instances": 20, "cores": 2 * vcpus + cores, "ram": 1_000_000}).raise_for_status()
+    corral = corral_for(min_idle=2)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "two warm runners")
+    view = converge(corral, lambda: (found := pools_view(corral)["small"])["quota_fits"] is not None and found, "fits")
+    assert (view["quota_fits"], view["quota_limited_by"]) == (7, ["cores"])
+    assert REGISTRY.get_sample_value("corral_quota_headroom", {"resource": "cores"}) == cores
+    assert REGISTRY.get_sample_value("corral_quota_headroom", {"resource": "instances"}) == 18
+    assert REGISTRY.get_sample_value("corral_quota_headroom", {"resource": "volumes"}) is None, "not asked"
 
 
 def test_a_revoked_installation_token_is_replaced(sandbox: Sandbox, control: httpx.Client, tmp_path: Path) -> None:

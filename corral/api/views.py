@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from corral.cloud.quota import servers_that_fit
 from corral.config import CorralConfig
 from corral.engine.coordinator import Engine
 from corral.engine.scalesets import SessionState
@@ -44,6 +45,12 @@ class PoolView(BaseModel):
     """A scale-set pool's session: starting, listening, conflict or failing. For a pool another replica holds,
     from the database: listening while its holder has a session open, starting otherwise (ask the holder for
     more)."""
+    quota_fits: int | None = None
+    """How many more of this pool's servers the project's quota has room for, as of the last look (None: no
+    limit applies, or the quota or the pool's flavor is not known yet); the headroom is shared by every pool."""
+    quota_limited_by: list[str] = []
+    """The resources that make `quota_fits` what it is (`instances`, `cores`, `ram_mb`, `volumes`,
+    `gigabytes`)."""
     job_messages: int | None = None
     """Job messages a scale-set pool's listener handled since its replica took the pool (None elsewhere)."""
     recoveries: int | None = None
@@ -81,6 +88,9 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             if scale_set is not None:
                 scale_set_id, session = scale_set.scale_set_id, scale_set.state.value
                 job_messages, recoveries = scale_set.job_messages, scale_set.recoveries
+        cost = engine.checker.cost(name)
+        headroom = engine.observer.latest.headroom if engine.observer.latest is not None else None
+        quota_fits, limited_by = servers_that_fit(headroom, cost) if headroom and cost else (None, [])
         views.append(
             PoolView(
                 name=name,
@@ -106,6 +116,8 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 intake=pool.intake if pool else "webhook",
                 scale_set_id=scale_set_id,
                 session=session,
+                quota_fits=quota_fits,
+                quota_limited_by=limited_by,
                 job_messages=job_messages,
                 recoveries=recoveries,
             )

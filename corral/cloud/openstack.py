@@ -41,6 +41,7 @@ from corral.cloud.provider import (
     CloudTransientError,
     ServerSpec,
 )
+from corral.cloud.quota import Headroom, ServerCost
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,8 @@ class OpenStackProvider:
         for scheme in ("https://", "http://"):
             connection.session.session.mount(scheme, adapter)
         self._ids: dict[tuple[str, str], str] = {}
+        self._flavor_sizes: dict[str, tuple[int, int]] = {}
+        """Flavor name -> (vCPUs, RAM MiB), found with its id."""
         self._lock = threading.Lock()
         self._tags: bool | None = None
         self._microversion: str | None = None
@@ -228,7 +231,34 @@ class OpenStackProvider:
             raise CloudResourceMissing(f"{kind} {name!r} does not exist in this cloud")
         with self._lock:
             self._ids[key] = found.id
+            if kind == "flavor":
+                self._flavor_sizes[name] = (int(found.vcpus or 0), int(found.ram or 0))
         return str(found.id)
+
+    def server_cost(self, spec: ServerSpec) -> ServerCost:
+        with self._lock:
+            size = self._flavor_sizes.get(spec.flavor)
+        if size is None:
+            with self._lock:
+                self._ids.pop(("flavor", spec.flavor), None)
+            self._lookup("flavor", spec.flavor)
+            with self._lock:
+                size = self._flavor_sizes[spec.flavor]
+        disks = [volume.size_gb for volume in spec.volumes] + ([spec.boot_volume_gb] if spec.boot_volume_gb else [])
+        return ServerCost(cores=size[0], ram_mb=size[1], volumes=len(disks), gigabytes=sum(disks))
+
+    def headroom(self, volumes: bool) -> Headroom:
+        def absolute(service: Any) -> dict[str, Any]:
+            response = service.get("/limits", raise_exc=False)
+            os_exceptions.raise_from_response(response)
+            limits: dict[str, Any] = response.json()["limits"]["absolute"]
+            return limits
+
+        compute = self._idempotent("read compute limits", lambda: absolute(self.connection.compute))
+        volume = (
+            self._idempotent("read volume limits", lambda: absolute(self.connection.block_storage)) if volumes else None
+        )
+        return Headroom.of(compute, volume)
 
     def _resolve(self, spec: ServerSpec) -> _Resolved:
         keys = [("image", spec.image), ("flavor", spec.flavor)] + [("network", n) for n in spec.networks]

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from corral.cloud.quota import Headroom, ServerCost
+
 
 class VolumeSpec(Protocol):
     """A blank volume attached to a server and deleted with it (a pool's `extra_volumes` entry)."""
@@ -112,6 +114,14 @@ class CloudProvider(Protocol):
         Only definite answers are problems; a check the cloud could not answer (a 5xx, a refused token, a
         dropped connection) raises `CloudError`, so the caller retries it instead of disabling the pool.
         """
+        ...
+
+    def headroom(self, volumes: bool) -> Headroom:
+        """The project's quota less its usage: Nova's limits, and Cinder's when `volumes` (two calls at most)."""
+        ...
+
+    def server_cost(self, spec: ServerSpec) -> ServerCost:
+        """What one server of `spec` takes from the quota (its flavor's size, looked up once)."""
         ...
 
     def close(self) -> None: ...

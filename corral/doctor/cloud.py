@@ -10,7 +10,6 @@ reached makes every later item `skipped`, not a second failure with the same cau
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import openstack
@@ -21,43 +20,17 @@ from openstack import utils as os_utils
 from os_service_types import ServiceTypes
 
 from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
+from corral.cloud.quota import Headroom, fit
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 from corral.config import CorralConfig, PoolConfig, VolumeConfig
 from corral.doctor.report import Section
 
 NEEDED_SERVICES = ("compute", "image", "network")
 VOLUME_SERVICE = "block-storage"
-UNLIMITED = -1
 
 
 class Abort(Exception):
     """A prerequisite failed and was reported; what depends on it is skipped."""
-
-
-@dataclass(frozen=True)
-class Headroom:
-    """What the project may still create: instances, cores, RAM (MiB), volumes and gigabytes (None: unlimited
-    or not asked)."""
-
-    instances: int | None
-    cores: int | None
-    ram_mb: int | None
-    volumes: int | None = None
-    gigabytes: int | None = None
-
-
-def _left(limits: dict[str, Any], maximum: str, used: str) -> int | None:
-    limit = limits.get(maximum)
-    if not isinstance(limit, int) or limit == UNLIMITED:
-        return None
-    return max(0, limit - int(limits.get(used) or 0))
-
-
-def _fit(left: int | None, each: int) -> int | None:
-    """How many of something needing `each` fit in `left` (None: no limit on this resource)."""
-    if left is None or each <= 0:
-        return None
-    return left // each
 
 
 class CloudDoctor:
@@ -176,24 +149,13 @@ class CloudDoctor:
         """Nova's (and Cinder's, if any pool uses volumes) absolute limits; None, after a failure, if unknown."""
         try:
             nova = self._call("read compute limits", lambda: self.conn.compute.get("/limits", raise_exc=True))
-            absolute = nova.json()["limits"]["absolute"]
-            headroom = Headroom(
-                instances=_left(absolute, "maxTotalInstances", "totalInstancesUsed"),
-                cores=_left(absolute, "maxTotalCores", "totalCoresUsed"),
-                ram_mb=_left(absolute, "maxTotalRAMSize", "totalRAMUsed"),
-            )
+            volumes = None
             if any(self._volumes(name) or pool.boot_volume_gb for name, pool in self.config.pools.items()):
                 cinder = self._call(
                     "read volume limits", lambda: self.conn.block_storage.get("/limits", raise_exc=True)
                 )
                 volumes = cinder.json()["limits"]["absolute"]
-                headroom = Headroom(
-                    instances=headroom.instances,
-                    cores=headroom.cores,
-                    ram_mb=headroom.ram_mb,
-                    volumes=_left(volumes, "maxTotalVolumes", "totalVolumesUsed"),
-                    gigabytes=_left(volumes, "maxTotalVolumeGigabytes", "totalGigabytesUsed"),
-                )
+            headroom = Headroom.of(nova.json()["limits"]["absolute"], volumes)
         except Exception as exc:
             self.section.failed(
                 "quota",
@@ -332,11 +294,11 @@ class CloudDoctor:
             return
         disks = [v.size_gb for v in self._volumes(pool_name)] + ([pool.boot_volume_gb] if pool.boot_volume_gb else [])
         fits = {
-            "instances": _fit(headroom.instances, 1),
-            "cores": _fit(headroom.cores, int(flavor.vcpus or 0)),
-            "RAM": _fit(headroom.ram_mb, int(flavor.ram or 0)),
-            "volumes": _fit(headroom.volumes, len(disks)) if disks else None,
-            "volume gigabytes": _fit(headroom.gigabytes, sum(disks)) if disks else None,
+            "instances": fit(headroom.instances, 1),
+            "cores": fit(headroom.cores, int(flavor.vcpus or 0)),
+            "RAM": fit(headroom.ram_mb, int(flavor.ram or 0)),
+            "volumes": fit(headroom.volumes, len(disks)) if disks else None,
+            "volume gigabytes": fit(headroom.gigabytes, sum(disks)) if disks else None,
         }
         limited = {name: count for name, count in fits.items() if count is not None}
         if not limited:

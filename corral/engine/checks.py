@@ -14,6 +14,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from corral.cloud.provider import CloudError, CloudProvider, ServerSpec
+from corral.cloud.quota import ServerCost
 from corral.engine.backoff import Backoff, LogOnce
 
 logger = logging.getLogger("corral.engine")
@@ -30,6 +31,8 @@ class PoolCheck:
     problems: list[str] | None = None
     error: str | None = None
     due: float = 0.0
+    cost: ServerCost | None = None
+    """What one of the pool's servers takes from the quota, found with a check that found no problem."""
 
 
 class PoolChecker:
@@ -68,8 +71,11 @@ class PoolChecker:
 
     async def check(self, pool: str, spec: ServerSpec) -> None:
         check = self._check_of(pool)
+        loop = asyncio.get_running_loop()
         try:
-            problems = await asyncio.get_running_loop().run_in_executor(self._executor, self._cloud.check_pool, spec)
+            problems = await loop.run_in_executor(self._executor, self._cloud.check_pool, spec)
+            if not problems:
+                check.cost = await loop.run_in_executor(self._executor, self._cloud.server_cost, spec)
         except CloudError as exc:
             wait = check.backoff.failed()
             check.error, check.due = str(exc), self._clock() + wait
@@ -95,6 +101,10 @@ class PoolChecker:
             logger.warning("pool %s is not ready: %s", pool, problem)
         check.problems = [problem]
         check.due = self._clock() + self._recheck_s()
+
+    def cost(self, pool: str) -> ServerCost | None:
+        check = self._checks.get(pool)
+        return check.cost if check else None
 
     def readiness(self, pool: str) -> tuple[bool, str | None]:
         check = self._checks.get(pool)

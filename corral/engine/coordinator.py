@@ -58,7 +58,7 @@ from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import Mover
 from corral.engine.workers import KeyedWorkers
 from corral.github.client import GitHubClient
-from corral.metrics import ACTION_ERRORS, JOBS, RECONCILE_SECONDS
+from corral.metrics import ACTION_ERRORS, JOBS, RECONCILE_SECONDS, publish_headroom
 from corral.model import (
     STARTING_STATES,
     IntakeResult,
@@ -417,8 +417,15 @@ class Engine:
     async def _look(self, generation: int) -> Observation:
         scopes = {pool.scope.key for pool in self.config.pools.values()}
         scopes |= set(await self.store.run(runners.live_scopes))
+        volumes = any(self.config.volumes_for(name) or pool.boot_volume_gb for name, pool in self.config.pools.items())
         return await observe(
-            generation, self.cloud, self.github, scopes, log_once=self.log_once, executor=self._cloud_threads
+            generation,
+            self.cloud,
+            self.github,
+            scopes,
+            log_once=self.log_once,
+            executor=self._cloud_threads,
+            volumes=volumes,
         )
 
     async def _observed(self, observation: Observation) -> None:
@@ -430,6 +437,7 @@ class Engine:
         await self._sync_workers()
         self.workers.wake_all()
         await self._delete_orphan_registrations(observation)
+        publish_headroom(observation.headroom)
         if observation.servers is None:
             return
         live = await self.store.run(runners.live_ids, list(observation.servers))

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from corral.clock import utcnow
 from corral.cloud.provider import CloudError, CloudProvider, CloudServer
+from corral.cloud.quota import Headroom
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.github.client import GitHubClient, GitHubError, RegisteredRunner
@@ -35,6 +36,8 @@ class Observation:
     started_at: datetime
     servers: dict[str, CloudServer] | None
     registrations: dict[str, dict[str, RegisteredRunner]] = field(default_factory=dict)
+    headroom: Headroom | None = None
+    """The project's quota less its usage, read with the servers (None when it could not be read)."""
 
     def server_for(self, runner_id: str) -> CloudServer | None:
         return None if self.servers is None else self.servers.get(runner_id)
@@ -51,9 +54,22 @@ async def observe(
     *,
     log_once: LogOnce,
     executor: Executor | None = None,
+    volumes: bool = False,
 ) -> Observation:
-    """List both sides at once: the cloud in a worker thread, GitHub's scopes concurrently."""
+    """List both sides at once: the cloud in a worker thread, GitHub's scopes concurrently; and read the
+    project's headroom (one call to Nova, one to Cinder when a pool has `volumes`)."""
     started_at = utcnow()
+
+    async def headroom() -> Headroom | None:
+        try:
+            read = await asyncio.get_running_loop().run_in_executor(executor, cloud.headroom, volumes)
+        except CloudError as exc:
+            CLOUD_CALLS.labels("read_limits", type(exc).__name__).inc()
+            log_once.warning("cloud:limits", f"cannot read the project's limits, planning without them: {exc}")
+            return None
+        CLOUD_CALLS.labels("read_limits", "ok").inc()
+        log_once.clear("cloud:limits")
+        return read
 
     async def servers() -> dict[str, CloudServer] | None:
         try:
@@ -80,10 +96,13 @@ async def observe(
         return key, {runner.name: runner for runner in runners}
 
     listing = asyncio.ensure_future(servers())
+    limits = asyncio.ensure_future(headroom())
     scopes = await asyncio.gather(*(registrations(key) for key in sorted(set(scope_keys))))
     listed = await listing
     by_scope = {key: found for key, found in scopes if found is not None}
-    return Observation(generation=generation, started_at=started_at, servers=listed, registrations=by_scope)
+    return Observation(
+        generation=generation, started_at=started_at, servers=listed, registrations=by_scope, headroom=await limits
+    )
 
 
 class Observer:

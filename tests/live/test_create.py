@@ -161,3 +161,22 @@ def test_extra_volumes_without_a_boot_volume_boot_the_image_from_its_local_disk(
     assert attachments[0].delete_on_termination
     volume = volumes[attachments[0].volume_id]
     assert (volume.size, volume.volume_type, volume.is_bootable) == (1, live.volume_type, False)
+
+
+def test_the_quota_headroom_and_a_servers_cost_are_read_as_nova_and_cinder_count_them(
+    live: LiveCloud, provider: OpenStackProvider, full: Made
+) -> None:
+    """What quota-aware planning reads: Nova's (and Cinder's) limits less usage, and a pool server's cost."""
+    headroom = provider.headroom(volumes=live.has_volumes)
+    absolute = live.observer.compute.get("/limits").json()["limits"]["absolute"]
+    if absolute["maxTotalInstances"] != -1:
+        assert headroom.instances == max(0, absolute["maxTotalInstances"] - absolute["totalInstancesUsed"])
+        assert absolute["totalInstancesUsed"] >= 1, "the server made for this module counts"
+    if absolute["maxTotalCores"] != -1:
+        assert headroom.cores == max(0, absolute["maxTotalCores"] - absolute["totalCoresUsed"])
+    flavor = live.observer.compute.find_flavor(live.flavor, ignore_missing=False)
+    cost = provider.server_cost(full.spec)
+    assert (cost.instances, cost.cores, cost.ram_mb) == (1, flavor.vcpus, flavor.ram)
+    if live.has_volumes:
+        assert (cost.volumes, cost.gigabytes) == (2, 2), "a 1 GB boot volume and a 1 GB extra one"
+        assert headroom.volumes is None or headroom.volumes >= 0

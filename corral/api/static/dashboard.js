@@ -188,6 +188,9 @@
           `${pool.queued_jobs} queued · min idle ${pool.min_idle} · max ${pool.max_runners}`,
           pool.deleting ? ` · ${pool.deleting} deleting` : "",
           pool.held_by ? ` · held by ${pool.held_by}` : "",
+          pool.quota_fits === null || pool.quota_fits === undefined
+            ? ""
+            : ` · quota: room for ${pool.quota_fits} more (${pool.quota_limited_by.join(", ")})`,
           pool.intake === "scale_set"
             ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
                 (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`)

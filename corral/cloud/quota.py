@@ -1,0 +1,79 @@
+"""The project's quota as headroom, and what one pool's server costs of it.
+
+Nova's and Cinder's `GET /limits` give each limit beside its usage (`maxTotalCores`, `totalCoresUsed`...); a
+limit of -1 is unlimited. A server costs one instance, its flavor's cores and RAM, and, when it boots from a
+volume or has extra ones, that many volumes and their gigabytes. How many more of a pool's servers fit is
+the least over the resources it uses; the resources at that least are what limits it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+UNLIMITED = -1
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What the project may still create (None: unlimited, or not asked)."""
+
+    instances: int | None = None
+    cores: int | None = None
+    ram_mb: int | None = None
+    volumes: int | None = None
+    gigabytes: int | None = None
+
+    @classmethod
+    def of(cls, compute: dict[str, Any], volume: dict[str, Any] | None = None) -> Headroom:
+        """From the `absolute` maps of Nova's and (when asked) Cinder's `GET /limits`."""
+        volume = volume or {}
+        return cls(
+            instances=left(compute, "maxTotalInstances", "totalInstancesUsed"),
+            cores=left(compute, "maxTotalCores", "totalCoresUsed"),
+            ram_mb=left(compute, "maxTotalRAMSize", "totalRAMUsed"),
+            volumes=left(volume, "maxTotalVolumes", "totalVolumesUsed"),
+            gigabytes=left(volume, "maxTotalVolumeGigabytes", "totalGigabytesUsed"),
+        )
+
+    def limited(self) -> dict[str, int]:
+        """The resources that have a limit, by name, with what is left of each."""
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+
+@dataclass(frozen=True)
+class ServerCost:
+    """What one of a pool's servers takes from the quota."""
+
+    cores: int
+    ram_mb: int
+    volumes: int = 0
+    gigabytes: int = 0
+    instances: int = 1
+
+
+def left(limits: dict[str, Any], maximum: str, used: str) -> int | None:
+    limit = limits.get(maximum)
+    if not isinstance(limit, int) or limit == UNLIMITED:
+        return None
+    return max(0, limit - int(limits.get(used) or 0))
+
+
+def fit(left: int | None, each: int) -> int | None:
+    """How many of something needing `each` fit in `left` (None: no limit on this resource)."""
+    if left is None or each <= 0:
+        return None
+    return left // each
+
+
+def servers_that_fit(headroom: Headroom, cost: ServerCost) -> tuple[int | None, list[str]]:
+    """How many more such servers fit (None: no limit applies), and the resources that limit it."""
+    fits = {
+        name: count
+        for name, value in headroom.limited().items()
+        if (count := fit(value, getattr(cost, name))) is not None
+    }
+    if not fits:
+        return None, []
+    least = min(fits.values())
+    return least, sorted(name for name, count in fits.items() if count == least)
