@@ -68,6 +68,14 @@ QUOTA_HEADROOM = Gauge(
 )
 
 
+QUOTA_DEFERRALS = Counter(
+    "corral_quota_deferrals_total",
+    "Runners a pool wanted but did not start, because the project's quota headroom had no room for them",
+    ["pool"],
+    registry=REGISTRY,
+)
+
+
 def publish_headroom(headroom: Headroom | None) -> None:
     """Set the headroom gauge to the last reading: unlimited resources (or an unread quota) have no sample."""
     limited = headroom.limited() if headroom is not None else {}

@@ -72,9 +72,32 @@ def test_a_burst_of_cloud_errors_is_survived(sandbox: Sandbox, control: httpx.Cl
     assert control.get("/stats").json()["counters"]["openstack_injected_errors"] == 12
 
 
-def test_quota_exhaustion_makes_the_pool_wait_then_recover(
+def create_calls(control: httpx.Client) -> int:
+    return int(control.get("/stats").json()["api_calls"]["openstack"].get("POST /compute/v2.1/servers", 0))
+
+
+def test_a_full_quota_it_can_see_makes_the_pool_wait_without_a_refused_create(
     sandbox: Sandbox, control: httpx.Client, corral_for: Any
 ) -> None:
+    control.put("/quota", json={"instances": 1}).raise_for_status()
+    corral = corral_for(min_idle=3)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "one runner fits the quota")
+    converge(corral, lambda: pools_view(corral)["small"]["quota_short"] == ["instances"], "pool says it waits")
+    view = pools_view(corral)["small"]
+    assert view["ready"] and (view["quota_fits"], view["quota_limited_by"]) == (0, ["instances"])
+    assert create_calls(control) == 1, "no create the quota would refuse was sent"
+    control.put("/quota", json={"instances": 10}).raise_for_status()
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 3}, "grown once the quota was raised")
+    assert create_calls(control) == 3 and not any("quota" in reason for reason in runner_failures(corral))
+    assert pools_view(corral)["small"]["quota_short"] == []
+
+
+def test_a_quota_refusal_it_could_not_foresee_makes_the_pool_wait_then_recover(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any
+) -> None:
+    """With the limits unreadable, corral cannot plan within them: Nova's refusals back the pool off."""
+    unreadable = {"endpoints": [{"match": "openstack GET /compute/v2.1/limits", "error_rate": 1.0, "status": 403}]}
+    control.put("/faults", json=unreadable).raise_for_status()
     control.put("/quota", json={"instances": 1}).raise_for_status()
     corral = corral_for(min_idle=3)
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "one runner fits the quota")
@@ -84,8 +107,7 @@ def test_quota_exhaustion_makes_the_pool_wait_then_recover(
         return not view["ready"] and "paused" in (view["reason"] or "")
 
     converge(corral, waiting_on_quota, "pool says it waits")
-    creates = control.get("/stats").json()["api_calls"]["openstack"].get("POST /compute/v2.1/servers", 0)
-    assert creates < 10, f"no retry storm against a full quota ({creates} create calls)"
+    assert create_calls(control) < 10, f"no retry storm against a full quota ({create_calls(control)} create calls)"
     control.put("/quota", json={"instances": 10}).raise_for_status()
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 3}, "recovered", timeout=90)
     assert all("quota" in reason for reason in runner_failures(corral) if reason), (

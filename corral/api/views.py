@@ -51,6 +51,9 @@ class PoolView(BaseModel):
     quota_limited_by: list[str] = []
     """The resources that make `quota_fits` what it is (`instances`, `cores`, `ram_mb`, `volumes`,
     `gigabytes`)."""
+    quota_short: list[str] = []
+    """Resources whose headroom held back runners the pool wanted on its last pass: it waits for the quota
+    (a create the headroom shows refused is never sent)."""
     job_messages: int | None = None
     """Job messages a scale-set pool's listener handled since its replica took the pool (None elsewhere)."""
     recoveries: int | None = None
@@ -118,6 +121,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 session=session,
                 quota_fits=quota_fits,
                 quota_limited_by=limited_by,
+                quota_short=list(snapshot.quota_short),
                 job_messages=job_messages,
                 recoveries=recoveries,
             )

@@ -51,6 +51,7 @@ from corral.engine.leases import HOUSEKEEPING, LeaseKeeper
 from corral.engine.messages import Answers
 from corral.engine.observe import Observation, Observer, observe
 from corral.engine.pauses import PoolPauses
+from corral.engine.quota import QuotaBudget
 from corral.engine.scaler import Scaler
 from corral.engine.scalesets import ScaleSetIntake
 from corral.engine.status import PoolSnapshot, StatusPublisher
@@ -145,6 +146,7 @@ class Engine:
         self.jobs = JobTracker(store, github, self.log_once, clock)
         self.status = StatusPublisher(store)
         self.judge = RunnerJudge(lambda: self.config, self.mover, self.supervisor, self.creator, self._ask_github_in)
+        self.quota = QuotaBudget(clock)
         self.scaler = Scaler(
             config=lambda: self.config,
             template=lambda: self.template,
@@ -159,6 +161,8 @@ class Engine:
             log_once=self.log_once,
             fence=self.leases.fence,
             scale_sets=self.scalesets,
+            quota=self.quota,
+            server_cost=self.checker.cost,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
@@ -418,7 +422,8 @@ class Engine:
         scopes = {pool.scope.key for pool in self.config.pools.values()}
         scopes |= set(await self.store.run(runners.live_scopes))
         volumes = any(self.config.volumes_for(name) or pool.boot_volume_gb for name, pool in self.config.pools.items())
-        return await observe(
+        began = self.clock()
+        observation = await observe(
             generation,
             self.cloud,
             self.github,
@@ -427,6 +432,8 @@ class Engine:
             executor=self._cloud_threads,
             volumes=volumes,
         )
+        self.quota.refresh(observation.headroom, began)
+        return observation
 
     async def _observed(self, observation: Observation) -> None:
         """After each look: every pool is judged against it, and servers nobody owns are deleted."""

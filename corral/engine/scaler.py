@@ -8,21 +8,23 @@ runners above what the pool wants once they have idled `idle_grace`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from string import Template
 from typing import Protocol
 
 from corral.clock import utcnow
+from corral.cloud.quota import ServerCost
 from corral.config import CorralConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
+from corral.engine.quota import QuotaBudget
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
 from corral.github.scaleset import Statistics
-from corral.metrics import CAPACITY_REFUSALS
+from corral.metrics import CAPACITY_REFUSALS, QUOTA_DEFERRALS
 from corral.model import FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
 from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
 from corral.store import Store, jobs, runners
@@ -78,6 +80,8 @@ class Scaler:
         log_once: LogOnce,
         fence: Callable[[str], Fence | None] = lambda _: None,
         scale_sets: ScaleSetNews | None = None,
+        quota: QuotaBudget | None = None,
+        server_cost: Callable[[str], ServerCost | None] = lambda _: None,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
         gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
@@ -94,6 +98,8 @@ class Scaler:
         self.log_once = log_once
         self._fence = fence
         self._scale_sets = scale_sets or NoScaleSets()
+        self._quota = quota or QuotaBudget()
+        self._server_cost = server_cost
 
     async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
         """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
@@ -133,9 +139,12 @@ class Scaler:
         min_idle, max_runners = (0, 0) if drained else (pool.min_idle, pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         requeue_after: float | None = None
+        quota_short: list[str] = []
         if plan.create and ready:
             unbound_demand = pool.intake == "scale_set" and waiting > 0
-            await self._start(name, current, queued, demand.wanted, plan.create, unbound_demand=unbound_demand)
+            quota_short = await self._start(
+                name, current, queued, demand.wanted, plan.create, unbound_demand=unbound_demand
+            )
         elif plan.create and self.creator.paused_s(name) > 0:
             requeue_after = self.creator.paused_s(name)
         if plan.surplus_idle:
@@ -150,6 +159,7 @@ class Scaler:
             desired=plan.desired,
             ready=ready,
             reason=reason,
+            quota_short=tuple(quota_short),
         )
         await self.status.publish(snapshot, self._generation())
         return requeue_after
@@ -230,11 +240,25 @@ class Scaler:
         count: int,
         *,
         unbound_demand: bool = False,
-    ) -> None:
+    ) -> list[str]:
         """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
         creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
-        runners answer demand that names no job (a scale set's assigned jobs)."""
+        runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
+        quota's headroom has room for; returns the resources that held some back (empty if none did)."""
         pool = self._config().pools[name]
+        claims, short = self._quota.claim(self._server_cost(name), count)
+        if short:
+            QUOTA_DEFERRALS.labels(name).inc(count - len(claims))
+            self.log_once.warning(
+                f"quota:{name}",
+                f"pool {name}: {count - len(claims)} runner(s) wait for quota headroom ({', '.join(short)}): "
+                "the project's quota has no room for them until servers are deleted or the quota is raised",
+            )
+        else:
+            self.log_once.clear(f"quota:{name}")
+        count = len(claims)
+        if not count:
+            return short
         covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
         uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
         for_jobs = (uncovered + [None] * count)[:count]
@@ -262,6 +286,10 @@ class Scaler:
                 f"pool {name}: {len(intents) - len(created)} runner(s) not started: the database found the pool "
                 f"already at max_runners ({pool.max_runners}); another writer filled it first",
             )
+        for claim, runner in zip(claims, created, strict=False):
+            self._quota.bind(claim, runner.id)
+        for claim in claims[len(created) :]:
+            self._quota.release(claim)
         log_new_runners(created)
         received = {job.id: job.received_at for job in queued}
         config, template = self._config(), self._template()
@@ -270,10 +298,18 @@ class Scaler:
             self.supervisor.start(
                 ActionKind.CREATE,
                 runner.id,
-                self.creator.create(runner, config, template, job_received_at),
+                self._create(runner, self.creator.create(runner, config, template, job_received_at)),
                 on_error=self.creator.on_error(runner),
                 group=name,
             )
+        return short
+
+    async def _create(self, runner: Runner, create: Awaitable[None]) -> None:
+        """The create, then its quota reservation marked finished (the next reading counts the server)."""
+        try:
+            await create
+        finally:
+            self._quota.finished(runner.id)
 
     def _retire_surplus(self, name: str, current: list[Runner], surplus: int, drained: bool) -> float | None:
         """Retire the oldest idle runners above what is wanted once they have idled `idle_grace`; returns the

@@ -27,6 +27,8 @@ class PoolSnapshot:
     ready: bool = False
     reason: str | None = None
     removed: bool = False
+    quota_short: tuple[str, ...] = ()
+    """The quota resources that held some of the runners the pool wanted back on its last pass."""
     scale_set_id: int | None = None
     """A scale-set pool held by another replica: its scale set, as the holder recorded it."""
     session_open: bool = False

@@ -191,6 +191,9 @@
           pool.quota_fits === null || pool.quota_fits === undefined
             ? ""
             : ` · quota: room for ${pool.quota_fits} more (${pool.quota_limited_by.join(", ")})`,
+          pool.quota_short && pool.quota_short.length
+            ? ` · waiting for quota (${pool.quota_short.join(", ")})`
+            : "",
           pool.intake === "scale_set"
             ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
                 (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`)
