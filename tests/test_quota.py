@@ -13,6 +13,7 @@ from corral.local import pool_spec
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_end_to_end import everything_done, nothing_left
+from tests.test_lifecycle import online_per_pool
 from tests.test_resilience import runner_failures
 from tests.waiting import wait_until
 
@@ -70,3 +71,53 @@ def test_a_create_holds_its_cost_until_a_reading_made_after_it_finished() -> Non
     budget.refresh(None, read_began_at=now[0])
     claims, short = budget.claim(server, 9)
     assert (len(claims), short) == (9, []), "an unreadable quota holds nothing back"
+
+
+def test_a_higher_priority_pool_waiting_for_quota_gets_the_room_of_a_lower_ones_warm_runners(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral
+) -> None:
+    """The quota is full of a low-priority pool's warm runners when jobs come for a high-priority pool: the
+    warm runners make room at once (idle_grace is an hour here), the jobs are served, and the low pool warms
+    up again once they are done."""
+    control.put("/quota", json={"instances": 3}).raise_for_status()
+    pools = {
+        "low": pool_spec(["low"], min_idle=3, priority=1, idle_grace="1h"),
+        "high": pool_spec(["high"], priority=10, max_runners=3),
+    }
+    corral = start_corral(pools, default_pool="low")
+    wait_until(lambda: online_per_pool(sandbox) == {"low": 3}, timeout=30, what="the low pool warm, the quota full")
+    jobs = [control.post("/jobs", json={"repo": "octo-org/app", "labels": ["high"], "duration": 0.5}).json()["id"]]
+    jobs.append(control.post("/jobs", json={"repo": "octo-org/app", "labels": ["high"], "duration": 0.5}).json()["id"])
+    wait_until(
+        lambda: all(control.get(f"/jobs/{job}").json()["status"] == "completed" for job in jobs),
+        timeout=60,
+        what="the high-priority jobs served in the room of the low pool's warm runners",
+    )
+    ran_on = {control.get(f"/jobs/{job}").json()["runner_name"].split("-")[1] for job in jobs}
+    assert ran_on == {"high"}
+    wait_until(lambda: online_per_pool(sandbox) == {"low": 3}, timeout=60, what="the low pool warm again")
+    refused = [reason for reason in runner_failures(corral) if "quota" in reason.lower()]
+    assert refused == [], f"creates refused for quota: {refused[:3]}"
+
+
+def test_what_a_higher_priority_pool_waits_for_is_kept_from_lower_ones() -> None:
+    budget = QuotaBudget(clock=lambda: 0.0)
+    server = ServerCost(cores=1, ram_mb=1024)
+    budget.refresh(Headroom(instances=6), read_began_at=0.0)
+    high, short = budget.claim(server, 5, pool="high", priority=10, for_jobs=5)
+    assert (len(high), short) == (5, [])
+    for key in high:
+        budget.release(key)  # nothing was written: the room is free again
+    budget.refresh(Headroom(instances=3), read_began_at=0.0)
+    high, short = budget.claim(server, 5, pool="high", priority=10, for_jobs=5)
+    assert (len(high), short) == (3, ["instances"]), "three fit; two runners for its jobs wait"
+    for key in high:
+        budget.release(key)
+    budget.refresh(Headroom(instances=2), read_began_at=0.0)  # a low pool's runner went away
+    assert budget.outranked("low", 1) == 2 and budget.outranked("peer", 10) == 0
+    low, short = budget.claim(server, 2, pool="low", priority=1)
+    assert (low, short) == ([], ["instances"]), "the room is kept for the waiting high-priority jobs"
+    peer, _ = budget.claim(server, 1, pool="peer", priority=10)
+    assert len(peer) == 1, "a pool of the same priority is not held back"
+    budget.not_waiting("high")
+    assert budget.outranked("low", 1) == 0

@@ -7,6 +7,10 @@ held, so a reservation ends once its create has finished and a reading begun aft
 somehow never finishes (a create cancelled before it ran) ends after `MAX_RESERVATION_S` instead of holding
 the headroom forever.
 
+When the headroom is short, pools of higher `priority` come first: a pool whose runners for queued jobs the
+quota held back is noted as waiting, and until it is served, pools of lower priority may only use what its
+wait leaves, and keep that many fewer warm runners (`min_idle`), so their idle servers make room for it.
+
 This replica's own creates are all it can reserve: several replicas sharing a project may still overrun
 the quota between two looks, and the refusal then backs the pool off as before (`quota_retry`).
 """
@@ -22,6 +26,18 @@ from corral.cloud.quota import Headroom, ServerCost, servers_that_fit
 
 MAX_RESERVATION_S = 600.0
 """A create takes seconds; a reservation older than this is dropped whatever became of its create."""
+MAX_WAITING_S = 300.0
+"""A waiting pool claims again after every look; a wait not renewed for this long (its pool was removed,
+its jobs went elsewhere) no longer holds lower-priority pools back."""
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    priority: int
+    cost: ServerCost
+    count: int
+    """Runners for queued jobs the headroom held back."""
+    at: float
 
 
 @dataclass
@@ -37,6 +53,7 @@ class QuotaBudget:
         self._headroom: Headroom | None = None
         self._reserved: dict[str, _Reservation] = {}
         self._claims = itertools.count()
+        self._waiting: dict[str, _Waiting] = {}
 
     def refresh(self, headroom: Headroom | None, read_began_at: float) -> None:
         """A new reading (None: the quota could not be read, so nothing is held back). `read_began_at` is on
@@ -49,12 +66,17 @@ class QuotaBudget:
             if not (held.finished_at is not None and held.finished_at < read_began_at)
             and now - held.made_at < MAX_RESERVATION_S
         }
+        self._waiting = {pool: wait for pool, wait in self._waiting.items() if now - wait.at < MAX_WAITING_S}
 
-    def left(self) -> Headroom | None:
-        """The last reading less what this replica's creates since then hold."""
+    def left(self, *, below: int | None = None) -> Headroom | None:
+        """The last reading less what this replica's creates since then hold, and, for a pool of priority
+        `below`, less what waiting pools of higher priority need."""
         if self._headroom is None:
             return None
-        held = {f.name: sum(getattr(r.cost, f.name) for r in self._reserved.values()) for f in fields(Headroom)}
+        costs = [held.cost for held in self._reserved.values()]
+        if below is not None:
+            costs += [wait.cost for wait in self._waiting.values() if wait.priority > below for _ in range(wait.count)]
+        held = {f.name: sum(getattr(cost, f.name) for cost in costs) for f in fields(Headroom)}
         return Headroom(
             **{
                 name: None if value is None else max(0, value - held[name])
@@ -62,10 +84,13 @@ class QuotaBudget:
             }
         )
 
-    def claim(self, cost: ServerCost | None, wanted: int) -> tuple[list[str], list[str]]:
-        """Reserve room for up to `wanted` servers of `cost`; returns a key per server that fits (bind each to
-        its runner, or release it) and the resources that held the rest back (empty when all fit)."""
-        left = self.left()
+    def claim(
+        self, cost: ServerCost | None, wanted: int, *, pool: str = "", priority: int = 0, for_jobs: int = 0
+    ) -> tuple[list[str], list[str]]:
+        """Reserve room for up to `wanted` servers of `cost` for `pool`, the first `for_jobs` of them for queued
+        jobs; returns a key per server that fits (bind each to its runner, or release it) and the resources
+        that held the rest back (empty when all fit). Runners for jobs held back make the pool wait."""
+        left = self.left(below=priority)
         if cost is None or left is None:
             fits, short = wanted, []
         else:
@@ -73,6 +98,11 @@ class QuotaBudget:
             fits = wanted if room is None else min(wanted, room)
             short = limited_by if fits < wanted else []
         now = self._clock()
+        held_back = min(for_jobs, wanted) - fits
+        if cost is not None and held_back > 0:
+            self._waiting[pool] = _Waiting(priority, cost, held_back, now)
+        else:
+            self._waiting.pop(pool, None)
         keys = []
         for _ in range(fits):
             key = f"claim:{next(self._claims)}"
@@ -80,6 +110,15 @@ class QuotaBudget:
                 self._reserved[key] = _Reservation(cost, now)
             keys.append(key)
         return keys, short
+
+    def not_waiting(self, pool: str) -> None:
+        """The pool wants no new runner now: it no longer waits for the quota."""
+        self._waiting.pop(pool, None)
+
+    def outranked(self, pool: str, priority: int) -> int:
+        """How many runners for queued jobs pools of higher priority than `pool` wait for: this pool keeps that
+        many fewer warm runners, so that its idle servers make room for theirs."""
+        return sum(wait.count for name, wait in self._waiting.items() if name != pool and wait.priority > priority)
 
     def bind(self, key: str, runner_id: str) -> None:
         """The claim became this runner's create."""

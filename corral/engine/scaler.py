@@ -136,7 +136,9 @@ class Scaler:
             busy=states[RunnerState.BUSY],
             queued_jobs=waiting,
         )
-        min_idle, max_runners = (0, 0) if drained else (pool.min_idle, pool.max_runners)
+        # Pools of higher priority waiting for quota to serve queued jobs take this pool's warm runners' room.
+        outranked = self._quota.outranked(name, pool.priority)
+        min_idle, max_runners = (0, 0) if drained else (max(pool.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         requeue_after: float | None = None
         quota_short: list[str] = []
@@ -145,10 +147,12 @@ class Scaler:
             quota_short = await self._start(
                 name, current, queued, demand.wanted, plan.create, unbound_demand=unbound_demand
             )
-        elif plan.create and self.creator.paused_s(name) > 0:
-            requeue_after = self.creator.paused_s(name)
+        else:
+            self._quota.not_waiting(name)
+            if plan.create and self.creator.paused_s(name) > 0:
+                requeue_after = self.creator.paused_s(name)
         if plan.surplus_idle:
-            grace_left = self._retire_surplus(name, current, plan.surplus_idle, drained)
+            grace_left = self._retire_surplus(name, current, plan.surplus_idle, drained, at_once=outranked > 0)
             if grace_left is not None:
                 requeue_after = min(requeue_after or grace_left, grace_left)
         snapshot = PoolSnapshot(
@@ -246,7 +250,16 @@ class Scaler:
         runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
         quota's headroom has room for; returns the resources that held some back (empty if none did)."""
         pool = self._config().pools[name]
-        claims, short = self._quota.claim(self._server_cost(name), count)
+        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+        uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
+        for_jobs = (uncovered + [None] * count)[:count]
+        claims, short = self._quota.claim(
+            self._server_cost(name),
+            count,
+            pool=name,
+            priority=pool.priority,
+            for_jobs=count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None),
+        )
         if short:
             QUOTA_DEFERRALS.labels(name).inc(count - len(claims))
             self.log_once.warning(
@@ -259,9 +272,7 @@ class Scaler:
         count = len(claims)
         if not count:
             return short
-        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
-        uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
-        for_jobs = (uncovered + [None] * count)[:count]
+        for_jobs = for_jobs[:count]  # the oldest jobs first, then warm runners
         intents = [
             NewRunner(
                 pool=name,
@@ -311,10 +322,13 @@ class Scaler:
         finally:
             self._quota.finished(runner.id)
 
-    def _retire_surplus(self, name: str, current: list[Runner], surplus: int, drained: bool) -> float | None:
-        """Retire the oldest idle runners above what is wanted once they have idled `idle_grace`; returns the
-        seconds until the next one has (None if none waits)."""
-        grace = self._config().pools[name].idle_grace
+    def _retire_surplus(
+        self, name: str, current: list[Runner], surplus: int, drained: bool, *, at_once: bool = False
+    ) -> float | None:
+        """Retire the oldest idle runners above what is wanted once they have idled `idle_grace` (`at_once`: a
+        pool of higher priority waits for their room); returns the seconds until the next one has (None if
+        none waits)."""
+        grace = 0.0 if at_once else self._config().pools[name].idle_grace
         now = utcnow()
         idle = [
             runner for runner in current if runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id)
