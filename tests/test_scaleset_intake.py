@@ -315,18 +315,25 @@ def test_two_hundred_jobs_over_a_webhook_pool_and_a_scale_set_pool(
         control.delete(f"/scalesets/{scale_set}").raise_for_status()
 
     # Each fault once, at its point of the trace (by jobs completed); the rates are switched off again.
-    injected: list[tuple[str, Callable[[], object]]] = [
-        ("queue token expired", post(f"/scalesets/{scale_set}/session/expire-token")),
-        ("admin token expired", post("/scalesets/admin-tokens/expire")),
-        ("acknowledgements lost", world(scaleset_ack_drop_rate=0.5)),
-        ("a runner hangs on its job", world(scaleset_pickup_stall_rate=0.2)),
-        ("rates off", world()),
-        ("session evicted", post(f"/scalesets/{scale_set}/session/kill")),
-        ("scale set deleted", delete_scale_set),
+    def counted(name: str) -> Callable[[], bool]:
+        return lambda: control.get("/stats").json()["counters"].get(name, 0) > 0
+
+    # Each fault once, at its point of the trace (by jobs completed). A fault that is a rate stays on until it
+    # has struck at least once, then goes off again.
+    injected: list[tuple[str, Callable[[], object], Callable[[], bool] | None]] = [
+        ("queue token expired", post(f"/scalesets/{scale_set}/session/expire-token"), None),
+        ("admin token expired", post("/scalesets/admin-tokens/expire"), None),
+        ("acknowledgements lost", world(scaleset_ack_drop_rate=0.5), counted("scaleset_acks_dropped")),
+        ("a runner hangs on its job", world(scaleset_pickup_stall_rate=1.0), counted("scaleset_pickups_stalled")),
+        ("session evicted", post(f"/scalesets/{scale_set}/session/kill"), None),
+        ("scale set deleted", delete_scale_set, None),
     ]
-    for step, (what, inject) in enumerate(injected if faults else []):
+    for step, (what, inject, struck) in enumerate(injected if faults else []):
         wait_until(partial(completed_at_least, control, 15 + step * 20), timeout=120, what=f"jobs done before: {what}")
         inject()
+        if struck is not None:
+            wait_until(struck, timeout=60, what=f"the fault struck: {what}")
+            world()()
     wait_until(lambda: jobs_completed(control) == 200, timeout=240, what="all 200 jobs completed")
     wait_until(lambda: nothing_left(control), timeout=60, what="no server or registration left")
 

@@ -133,17 +133,21 @@ class ScaleSetListener:
     async def run(self) -> None:
         """Listen until cancelled, recovering from whatever the service does."""
         backoff = Backoff(base_s=1.0, cap_s=60.0, clock=self._clock)
+        # A conflict is most often a session the pool's former holder is closing right now (a lease handed
+        # over): asking again costs one call, so it is asked often, not after minutes.
+        conflicts = Backoff(base_s=1.0, cap_s=CONFLICT_RETRY_CAP_S, clock=self._clock)
         while True:
             try:
                 await self._ensure_scale_set()
                 await self._open_session()
                 backoff.succeeded()
+                conflicts.succeeded()
                 self._log_once.clear(f"scaleset:{self.pool}")
                 await self._listen()
             except asyncio.CancelledError:
                 raise
             except SessionConflict:
-                wait = backoff.failed()
+                wait = conflicts.failed()
                 self._recovered("session_conflict")
                 self.status = replace(self.status, state=SessionState.CONFLICT, error="another session holds it")
                 self._log_once.warning(
@@ -366,6 +370,8 @@ class ScaleSetListener:
 
 KNOWN_KINDS = frozenset({"JobAvailable", "JobAssigned", "JobStarted", "JobCompleted"})
 
+CONFLICT_RETRY_CAP_S = 10.0
+"""The longest wait between two tries to open a session while another holds the scale set."""
 MAX_ENDED_RUNNERS = 10_000
 """Ended runners remembered per pool at most (the oldest are forgotten first; a pass drops every name but
 those of runners still starting, so the bound matters only if no pass runs)."""
