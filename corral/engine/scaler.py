@@ -1,8 +1,10 @@
 """Scaling a pool: how many runners its demand and `min_idle` want, and acting on the difference.
 
 `policy.judge_demand` and `policy.plan_scale` decide; this reads the queued jobs (no more of a backlog than
-could change the plan), writes the intents for new runners and hands them to the creator, and retires idle
-runners above what the pool wants once they have idled `idle_grace`.
+could change the plan), or, for a scale-set pool, the scale set's statistics; writes the intents for as many
+new runners as the quota's headroom holds (`engine.quota`) and hands them to the creator; and retires idle
+runners above what the pool wants once they have idled `idle_grace`, and a scale set's runners GitHub gave
+up on at once.
 """
 
 from __future__ import annotations
