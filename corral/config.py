@@ -514,6 +514,10 @@ class CorralConfig(StrictModel):
         password = make_url(self.database_url).password
         return [*values, *([str(password)] if password else [])]
 
+    def uses_volumes(self) -> bool:
+        """Whether any pool boots from a volume or has extra ones: then Cinder is needed, and its quota read."""
+        return any(self.volumes_for(name) or pool.boot_volume_gb for name, pool in self.pools.items())
+
     def volumes_for(self, pool_name: str) -> list[VolumeConfig]:
         """A pool's own extra volumes plus the shared ones propagated to it (the pool's own win on a name)."""
         pool = self.pools[pool_name]

@@ -238,9 +238,7 @@ class OpenStackProvider:
     def server_cost(self, spec: ServerSpec) -> ServerCost:
         with self._lock:
             size = self._flavor_sizes.get(spec.flavor)
-        if size is None:
-            with self._lock:
-                self._ids.pop(("flavor", spec.flavor), None)
+        if size is None:  # never looked up: the lookup notes the size with the id
             self._lookup("flavor", spec.flavor)
             with self._lock:
                 size = self._flavor_sizes[spec.flavor]

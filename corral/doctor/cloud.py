@@ -116,7 +116,7 @@ class CloudDoctor:
 
     def _catalog(self, access: AccessInfo) -> None:
         needed = list(NEEDED_SERVICES)
-        if any(self._volumes(name) or pool.boot_volume_gb for name, pool in self.config.pools.items()):
+        if self.config.uses_volumes():
             needed.append(VOLUME_SERVICE)
         interface = self.conn.config.get_interface() or "public"
         region = self.conn.config.get_region_name()
@@ -150,7 +150,7 @@ class CloudDoctor:
         try:
             nova = self._call("read compute limits", lambda: self.conn.compute.get("/limits", raise_exc=True))
             volumes = None
-            if any(self._volumes(name) or pool.boot_volume_gb for name, pool in self.config.pools.items()):
+            if self.config.uses_volumes():
                 cinder = self._call(
                     "read volume limits", lambda: self.conn.block_storage.get("/limits", raise_exc=True)
                 )

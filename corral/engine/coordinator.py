@@ -421,7 +421,6 @@ class Engine:
     async def _look(self, generation: int) -> Observation:
         scopes = {pool.scope.key for pool in self.config.pools.values()}
         scopes |= set(await self.store.run(runners.live_scopes))
-        volumes = any(self.config.volumes_for(name) or pool.boot_volume_gb for name, pool in self.config.pools.items())
         began = self.clock()
         observation = await observe(
             generation,
@@ -430,7 +429,7 @@ class Engine:
             scopes,
             log_once=self.log_once,
             executor=self._cloud_threads,
-            volumes=volumes,
+            volumes=self.config.uses_volumes(),
         )
         self.quota.refresh(observation.headroom, began)
         return observation

@@ -9,12 +9,14 @@ judge tell the two apart, so a shared, slightly old observation never condemns a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from corral.clock import utcnow
 from corral.cloud.provider import CloudError, CloudProvider, CloudServer
@@ -25,6 +27,8 @@ from corral.github.client import GitHubClient, GitHubError, RegisteredRunner
 from corral.metrics import CLOUD_CALLS, GITHUB_ERRORS, OBSERVE_SECONDS
 
 logger = logging.getLogger("corral.engine")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,27 +64,30 @@ async def observe(
     project's headroom (one call to Nova, one to Cinder when a pool has `volumes`)."""
     started_at = utcnow()
 
-    async def headroom() -> Headroom | None:
+    async def cloud_read(operation: str, call: Callable[[], T], failed: str) -> T | None:
+        """One read of the cloud in a worker thread: counted, and its failure logged once (None then)."""
         try:
-            read = await asyncio.get_running_loop().run_in_executor(executor, cloud.headroom, volumes)
+            read = await asyncio.get_running_loop().run_in_executor(executor, call)
         except CloudError as exc:
-            CLOUD_CALLS.labels("read_limits", type(exc).__name__).inc()
-            log_once.warning("cloud:limits", f"cannot read the project's limits, planning without them: {exc}")
+            CLOUD_CALLS.labels(operation, type(exc).__name__).inc()
+            log_once.warning(f"cloud:{operation}", f"{failed}: {exc}")
             return None
-        CLOUD_CALLS.labels("read_limits", "ok").inc()
-        log_once.clear("cloud:limits")
+        CLOUD_CALLS.labels(operation, "ok").inc()
+        log_once.clear(f"cloud:{operation}")
         return read
 
     async def servers() -> dict[str, CloudServer] | None:
-        try:
-            listed = await asyncio.get_running_loop().run_in_executor(executor, cloud.list_servers)
-        except CloudError as exc:
-            CLOUD_CALLS.labels("list_servers", type(exc).__name__).inc()
-            log_once.warning("cloud:list", f"cannot list servers, judging no runner by the cloud for now: {exc}")
-            return None
-        CLOUD_CALLS.labels("list_servers", "ok").inc()
-        log_once.clear("cloud:list")
-        return {server.runner_id: server for server in listed}
+        listed = await cloud_read(
+            "list_servers", cloud.list_servers, "cannot list servers, judging no runner by the cloud for now"
+        )
+        return None if listed is None else {server.runner_id: server for server in listed}
+
+    async def headroom() -> Headroom | None:
+        return await cloud_read(
+            "read_limits",
+            functools.partial(cloud.headroom, volumes),
+            "cannot read the project's limits, planning without them",
+        )
 
     async def registrations(key: str) -> tuple[str, dict[str, RegisteredRunner] | None]:
         scope = ScopeConfig.from_key(key)

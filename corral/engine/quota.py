@@ -73,10 +73,10 @@ class QuotaBudget:
         `below`, less what waiting pools of higher priority need."""
         if self._headroom is None:
             return None
-        costs = [held.cost for held in self._reserved.values()]
+        costs = [(held.cost, 1) for held in self._reserved.values()]
         if below is not None:
-            costs += [wait.cost for wait in self._waiting.values() if wait.priority > below for _ in range(wait.count)]
-        held = {f.name: sum(getattr(cost, f.name) for cost in costs) for f in fields(Headroom)}
+            costs += [(wait.cost, wait.count) for wait in self._waiting.values() if wait.priority > below]
+        held = {f.name: sum(getattr(cost, f.name) * count for cost, count in costs) for f in fields(Headroom)}
         return Headroom(
             **{
                 name: None if value is None else max(0, value - held[name])

@@ -296,10 +296,9 @@ class ScaleSetListener:
             return
         for job in message.jobs:
             SCALE_SET_MESSAGES.labels(job.kind if job.kind in KNOWN_KINDS else "other").inc()
-        self.status = replace(self.status, job_messages=self.status.job_messages + len(message.jobs))
-        for job in message.jobs:
             if job.kind == "JobCompleted" and job.runner_name:
                 self._ended(job.runner_name, Reason.ABANDONED_JOB)
+        self.status = replace(self.status, job_messages=self.status.job_messages + len(message.jobs))
         available = [job.runner_request_id for job in message.jobs if job.kind == "JobAvailable"]
         if available:
             await self._service.acquire_jobs(session, available)
