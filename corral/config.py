@@ -218,6 +218,10 @@ class PoolConfig(StrictModel):
     idle_grace: Wait = 60.0
     runner_group: str = "Default"
     priority: int = 0
+    max_runners_per_repo: int | None = Field(default=None, ge=1)
+    """At most this many of the pool's runners started for one repository's jobs at a time, so one
+    repository's matrix cannot take the whole pool. Such runners register at the repository (only its jobs
+    can reach them); warm runners (`min_idle`) still register at the pool's scope and serve anyone."""
     intake: Literal["webhook", "scale_set"] = "webhook"
     """How the pool hears of its jobs: `webhook` (GitHub delivers `workflow_job` to corral) or `scale_set`
     (corral registers a runner scale set and long-polls GitHub for its jobs: no inbound connection)."""
@@ -244,6 +248,11 @@ class PoolConfig(StrictModel):
         names = [volume.name for volume in self.extra_volumes]
         if len(set(names)) != len(names):
             raise ValueError("extra_volumes: two volumes share a name; give each its own")
+        if self.max_runners_per_repo is not None and (self.intake != "webhook" or not self.scope.org):
+            raise ValueError(
+                "max_runners_per_repo needs an organisation-scoped pool with `intake: webhook` (its runners "
+                "register at each job's repository); remove it, or set scope.org and the webhook intake"
+            )
         if self.scale_set_name is not None and self.intake != "scale_set":
             raise ValueError("scale_set_name is only for a pool with `intake: scale_set`; remove it or set the intake")
         return self

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+MAX_WORKFLOW_NAME = 256
+"""Workflow names are kept to this many characters (GitHub sets no documented bound)."""
+
 
 class InvalidTransition(ValueError):
     """A runner was asked to move to a state it cannot reach from where it is."""
@@ -246,6 +249,11 @@ class Job:
     diverted_at: datetime | None = None
     checked_at: datetime | None = None
     """When GitHub was last asked about it directly."""
+    maybe_taken_at: datetime | None = None
+    """When a runner started for it took another job while this one probably went to another runner."""
+    source: str | None = None
+    """How corral first heard of it: `webhook:<delivery id>`, `webhook` or `poll`."""
+    workflow: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +266,7 @@ class QueuedJob:
     runners_diverted: int = 0
     diverted_at: datetime | None = None
     maybe_taken_at: datetime | None = None
+    repository: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +284,7 @@ class JobUpdate:
     queued_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    workflow: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

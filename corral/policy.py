@@ -5,6 +5,7 @@ Nothing here performs I/O or reads a clock; the engine gathers the facts, asks, 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -96,6 +97,8 @@ class Demand:
 
     wanted: list[int] = field(default_factory=list)
     held: list[int] = field(default_factory=list)
+    capped: list[int] = field(default_factory=list)
+    """Jobs whose repository already holds `max_runners_per_repo` of the pool's runners."""
 
 
 def judge_demand(
@@ -140,6 +143,34 @@ def judge_demand(
                 continue
         demand.wanted.append(job.id)
     return demand
+
+
+def cap_per_repository(
+    demand: Demand,
+    queued: Sequence[QueuedJob],
+    *,
+    covered: set[int],
+    holdings: Counter[str],
+    cap: int,
+) -> Demand:
+    """The demand with each repository's uncovered jobs beyond `cap` runners moved to `capped`.
+
+    `holdings` counts the runners each repository already holds (started for its jobs, not yet gone) and is
+    updated with the runners this demand will start. A covered job already has its runner, counted there.
+    Jobs stay oldest first, so once a repository is below its cap again, its oldest job is served first,
+    and other repositories' jobs are served in order of queue time meanwhile.
+    """
+    repository = {job.id: job.repository for job in queued}
+    kept = Demand(held=list(demand.held), capped=list(demand.capped))
+    for job_id in demand.wanted:
+        if job_id not in covered:
+            owner = repository.get(job_id, "")
+            if holdings[owner] >= cap:
+                kept.capped.append(job_id)
+                continue
+            holdings[owner] += 1
+        kept.wanted.append(job_id)
+    return kept
 
 
 @dataclass(frozen=True)

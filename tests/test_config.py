@@ -407,3 +407,21 @@ def test_scale_set_settings_that_cannot_work_are_refused_by_key() -> None:
     assert twins == [
         "pools.ci: same scale set as pool 'a' (scope, runner group and name); give one of them its own scale_set_name"
     ]
+
+
+def test_a_per_repository_cap_is_refused_where_runners_cannot_register_per_repository() -> None:
+    """A cap needs runners registered at each job's repository: an organisation's webhook pool can do that; a
+    scale set (GitHub hands its jobs out) or a repository-scoped pool (one repository already) cannot."""
+    problems = problems_of(
+        document(
+            pools={
+                "matrix": pool(max_runners_per_repo=5),
+                "listener": pool(labels=["scale"], max_runners_per_repo=5, intake="scale_set"),
+                "single": pool(labels=["one"], scope={"repo": "octo-org/app"}, max_runners_per_repo=5),
+            }
+        )
+    )
+    text = "\n".join(problems)
+    assert "pools.listener: max_runners_per_repo needs an organisation-scoped pool" in text
+    assert "pools.single: max_runners_per_repo needs an organisation-scoped pool" in text
+    assert "pools.matrix" not in text

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
+from dataclasses import replace
 
 from corral.cloud.provider import CloudError, CloudProvider, CloudServer
 from corral.config import ScopeConfig
@@ -115,12 +116,13 @@ class Cleaner:
 
         return record
 
-    async def delete_orphan_registration(self, runner: Runner, registration_id: int) -> None:
+    async def delete_orphan_registration(self, runner: Runner, scope: str, registration_id: int) -> None:
         """A registration GitHub still lists for a runner corral has already deleted (its deletion failed, or
-        GitHub listed it late): the join of both views catches it on the next look."""
+        GitHub listed it late): the join of both views catches it on the next look. It is deleted where it
+        was listed, which is where it lives, whatever scope corral recorded for the runner."""
         logger.warning("deleting registration %s of runner %s, which was already deleted", registration_id, runner.name)
         ORPHANS_DELETED.labels("registration").inc()
-        await self.delete_registration(runner, registration_id)
+        await self.delete_registration(replace(runner, scope=scope), registration_id)
 
     async def delete_orphan(self, server: CloudServer) -> None:
         logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)

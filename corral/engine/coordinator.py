@@ -462,8 +462,8 @@ class Engine:
         corral's to judge."""
         prefix = f"{self.config.name_prefix}-"
         listed = {
-            registration.name: registration
-            for by_name in observation.registrations.values()
+            registration.name: (scope, registration)
+            for scope, by_name in observation.registrations.items()
             for registration in by_name.values()
             if registration.name.startswith(prefix)
         }
@@ -472,8 +472,9 @@ class Engine:
         for name, runner in (await self.store.run(runners.deleted_named, list(listed))).items():
             key = f"orphan-registration:{runner.id}"
             if self._cleans_up_after(runner.pool) and not self.supervisor.busy(key):
+                scope, registration = listed[name]
                 self.supervisor.start(
-                    ActionKind.ORPHAN, key, self.cleaner.delete_orphan_registration(runner, listed[name].id)
+                    ActionKind.ORPHAN, key, self.cleaner.delete_orphan_registration(runner, scope, registration.id)
                 )
 
     def _cleans_up_after(self, pool: str) -> bool:

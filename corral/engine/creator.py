@@ -28,7 +28,7 @@ from corral.cloud.provider import (
     CloudServer,
     ServerSpec,
 )
-from corral.config import CorralConfig, PoolConfig
+from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
@@ -170,7 +170,9 @@ class Creator:
     async def _jit_config(self, runner: Runner, pool: PoolConfig) -> JitConfig:
         if pool.intake == "scale_set" and self._scale_set_jit is not None:
             return await self._scale_set_jit(runner.pool, runner.name)
-        return await self._github.generate_jit_config(pool.scope, runner.name, list(pool.labels), pool.runner_group)
+        # The runner's own scope: a pool's, or with `max_runners_per_repo` the repository of its job.
+        scope = ScopeConfig.from_key(runner.scope)
+        return await self._github.generate_jit_config(scope, runner.name, list(pool.labels), pool.runner_group)
 
     def _cloud_failure(self, pool: str, exc: CloudError, config: CorralConfig) -> Failure:
         if isinstance(exc, CloudQuotaExceeded):

@@ -188,6 +188,7 @@ class JobTracker:
                         pool=match_pool(job.labels, repository, config.pools, config.default_pool),
                         run_id=job.run_id,
                         queued_at=job.created_at,
+                        workflow=job.workflow,
                     ),
                 )
                 for job in found

@@ -27,8 +27,8 @@ from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
 from corral.github.scaleset import Statistics
 from corral.metrics import CAPACITY_REFUSALS, QUOTA_DEFERRALS
-from corral.model import FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
-from corral.policy import Demand, PoolCounts, judge_demand, plan_scale
+from corral.model import CAPACITY_STATES, FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
+from corral.policy import Demand, PoolCounts, cap_per_repository, judge_demand, plan_scale
 from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
@@ -122,7 +122,7 @@ class Scaler:
             queued_total = max((statistics.assigned if statistics else 0) - states[RunnerState.BUSY], 0)
             waiting = queued_total
         else:
-            queued, demand, exhausted = await self._demand(name, needed)
+            queued, demand, exhausted = await self._demand(name, needed, current)
             queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
             waiting = len(demand.wanted)
         if demand.held:
@@ -146,8 +146,15 @@ class Scaler:
         quota_short: list[str] = []
         if plan.create and ready:
             unbound_demand = pool.intake == "scale_set" and waiting > 0
+            warm_free = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is None)
             quota_short = await self._start(
-                name, current, queued, demand.wanted, plan.create, unbound_demand=unbound_demand
+                name,
+                current,
+                queued,
+                demand.wanted,
+                plan.create,
+                unbound_demand=unbound_demand,
+                warm=max(min_idle - warm_free, 0),
             )
         else:
             self._quota.not_waiting(name)
@@ -212,9 +219,17 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
-    async def _demand(self, name: str, needed: int) -> tuple[list[QueuedJob], Demand, bool]:
-        """The pool's queued jobs judged (`policy.judge_demand`), read a page at a time until `needed` of them
-        count as demand or none are left (then the third value is True: every queued job was read)."""
+    async def _demand(self, name: str, needed: int, current: list[Runner]) -> tuple[list[QueuedJob], Demand, bool]:
+        """The pool's queued jobs judged (`policy.judge_demand`) and, with `max_runners_per_repo`, capped per
+        repository (`policy.cap_per_repository`), read a page at a time until `needed` of them count as demand
+        or none are left (then the third value is True: every queued job was read)."""
+        cap = self._config().pools[name].max_runners_per_repo
+        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+        holdings = Counter(
+            runner.scope.removeprefix("repo:")
+            for runner in current
+            if runner.scope.startswith("repo:") and runner.state in CAPACITY_STATES
+        )
         now = utcnow()
         queued: list[QueuedJob] = []
         demand = Demand()
@@ -231,8 +246,11 @@ class Scaler:
                 busy_covers_job=timedelta(seconds=self._config().tuning.busy_covers_job),
                 confirm_after=timedelta(seconds=self._config().tuning.confirm_after),
             )
+            if cap is not None:
+                judged = cap_per_repository(judged, batch, covered=covered, holdings=holdings, cap=cap)
             demand.wanted += judged.wanted
             demand.held += judged.held
+            demand.capped += judged.capped
             if len(batch) < page:
                 return queued, demand, True
         return queued, demand, False
@@ -246,15 +264,24 @@ class Scaler:
         count: int,
         *,
         unbound_demand: bool = False,
+        warm: int | None = None,
     ) -> list[str]:
         """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
         creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
         runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
-        quota's headroom has room for; returns the resources that held some back (empty if none did)."""
+        quota's headroom has room for; returns the resources that held some back (empty if none did).
+
+        With `max_runners_per_repo`, no more than `warm` runners are started for no job: each would register
+        at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
         pool = self._config().pools[name]
         covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
         uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
         for_jobs = (uncovered + [None] * count)[:count]
+        if pool.max_runners_per_repo is not None and warm is not None:
+            for_jobs = for_jobs[: len(uncovered[:count]) + warm]
+            count = len(for_jobs)
+            if not count:
+                return []
         claims, short = self._quota.claim(
             self._server_cost(name),
             count,
@@ -275,10 +302,18 @@ class Scaler:
         if not count:
             return short
         for_jobs = for_jobs[:count]  # the oldest jobs first, then warm runners
+        repository = {job.id: job.repository for job in queued}
+
+        def scope(job_id: int | None) -> str:
+            # With a per-repository cap, a job's runner registers at its repository so no other can take it.
+            if pool.max_runners_per_repo is None or job_id is None or not repository.get(job_id):
+                return pool.scope.key
+            return f"repo:{repository[job_id]}"
+
         intents = [
             NewRunner(
                 pool=name,
-                scope=pool.scope.key,
+                scope=scope(job_id),
                 labels=tuple(pool.labels),
                 reason=Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM,
                 job_id=job_id,

@@ -119,6 +119,7 @@ class QueuedJob:
     repository: str
     labels: list[str]
     created_at: datetime | None
+    workflow: str | None = None
 
 
 @dataclass(frozen=True)
@@ -411,7 +412,12 @@ class GitHubClient:
                 )
             return [
                 QueuedJob(
-                    id=job.id, run_id=run_id, repository=repository, labels=list(job.labels), created_at=job.created_at
+                    id=job.id,
+                    run_id=run_id,
+                    repository=repository,
+                    labels=list(job.labels),
+                    created_at=job.created_at,
+                    workflow=job.workflow_name,
                 )
                 for job in jobs.parsed_data.jobs
                 if job.status == "queued"

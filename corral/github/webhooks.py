@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from corral.model import JobState, JobUpdate
+from corral.model import MAX_WORKFLOW_NAME, JobState, JobUpdate
 
 ACTIONS_TO_STATE = {
     "queued": JobState.QUEUED,
@@ -84,6 +84,7 @@ class WorkflowJobEvent:
     queued_at: datetime | None
     started_at: datetime | None
     completed_at: datetime | None
+    workflow: str | None = None
 
     def as_job_update(self, pool: str | None) -> JobUpdate:
         assert self.status is not None
@@ -99,6 +100,7 @@ class WorkflowJobEvent:
             queued_at=self.queued_at,
             started_at=self.started_at if self.status is not JobState.QUEUED else None,
             completed_at=self.completed_at,
+            workflow=self.workflow,
         )
 
 
@@ -162,6 +164,16 @@ def _runner_name(value: object) -> str | None:
     return value
 
 
+def _workflow(value: object) -> str | None:
+    """The workflow's name, for usage accounting: optional (older GitHub Enterprise Server versions do not
+    send it), kept to the column's length; a name is free text, so a long one is cut, not refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise MalformedPayload(f"workflow_job.workflow_name is not a string: {clipped(value)}")
+    return value[:MAX_WORKFLOW_NAME] or None
+
+
 def _repository(value: object) -> str:
     name = value.get("full_name") if isinstance(value, dict) else None
     if not isinstance(name, str):
@@ -194,4 +206,5 @@ def parse_workflow_job(payload: object) -> WorkflowJobEvent:
         queued_at=_time(job.get("created_at"), "workflow_job.created_at"),
         started_at=_time(job.get("started_at"), "workflow_job.started_at"),
         completed_at=_time(job.get("completed_at"), "workflow_job.completed_at"),
+        workflow=_workflow(job.get("workflow_name")),
     )

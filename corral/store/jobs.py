@@ -37,6 +37,9 @@ COLUMNS = (
     JOBS.c.runners_diverted,
     JOBS.c.diverted_at,
     JOBS.c.checked_at,
+    JOBS.c.maybe_taken_at,
+    JOBS.c.source,
+    JOBS.c.workflow,
 )
 IN_CLAUSE_CHUNK = 500
 
@@ -59,6 +62,9 @@ def to_job(row: Any) -> Job:
         runners_diverted=row[13] or 0,
         diverted_at=row[14],
         checked_at=row[15],
+        maybe_taken_at=row[16],
+        source=row[17],
+        workflow=row[18],
     )
 
 
@@ -83,6 +89,7 @@ def _merge(old: JobUpdate, new: JobUpdate) -> JobUpdate:
         started_at=new.started_at or old.started_at,
         completed_at=new.completed_at or old.completed_at,
         pool=new.pool if new.pool is not None else old.pool,
+        workflow=new.workflow or old.workflow,
     )
 
 
@@ -93,7 +100,16 @@ def _upsert_statement(dialect_name: str) -> Any:
     dialect = postgresql if dialect_name == "postgresql" else sqlite
     statement = dialect.insert(JOBS)
     excluded = statement.excluded
-    keep_if_null = ("conclusion", "run_id", "runner_name", "queued_at", "started_at", "completed_at", "pool")
+    keep_if_null = (
+        "conclusion",
+        "run_id",
+        "runner_name",
+        "queued_at",
+        "started_at",
+        "completed_at",
+        "pool",
+        "workflow",
+    )
     return statement.on_conflict_do_update(
         index_elements=[JOBS.c.id],
         set_={
@@ -101,12 +117,21 @@ def _upsert_statement(dialect_name: str) -> Any:
             "labels": excluded.labels,
             "repository": excluded.repository,
             **{key: func.coalesce(excluded[key], JOBS.c[key]) for key in keep_if_null},
+            # How corral first heard of the job stays; `received_at` likewise (not in the update at all).
+            "source": func.coalesce(JOBS.c.source, excluded.source),
         },
         where=_rank(excluded.status) >= _rank(JOBS.c.status),
     )
 
 
-def _upsert(connection: Connection, updates: Sequence[JobUpdate], now: datetime) -> None:
+def source_of(delivery: Delivery) -> str:
+    """How a delivery told corral of a job, as the timeline shows it (`webhook:<delivery id>`, `poll`)."""
+    if delivery.event == "workflow_job":
+        return f"webhook:{delivery.id}" if delivery.id else "webhook"
+    return delivery.event
+
+
+def _upsert(connection: Connection, updates: Sequence[JobUpdate], sources: dict[int, str], now: datetime) -> None:
     """Insert new jobs and move known ones forward, never backwards, in one statement per job."""
     connection.execute(
         _upsert_statement(connection.dialect.name),
@@ -124,6 +149,8 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], now: datetime)
                 "started_at": job.started_at if job.status is not JobState.QUEUED else None,
                 "completed_at": job.completed_at,
                 "received_at": now,
+                "source": sources.get(job.id),
+                "workflow": job.workflow,
                 "runners_started": 0,
                 "runners_diverted": 0,
             }
@@ -158,14 +185,16 @@ def record(connection: Connection, deliveries: Sequence[Delivery]) -> IntakeResu
     if rows:
         connection.execute(insert(DELIVERIES), rows)
     merged: dict[int, JobUpdate] = {}
+    sources: dict[int, str] = {}
     for delivery in fresh:
         if delivery.job is not None:
             job = delivery.job
             merged[job.id] = _merge(merged[job.id], job) if job.id in merged else job
+            sources.setdefault(job.id, source_of(delivery))
     demand = {job.pool for job in merged.values() if job.pool is not None and job.status is JobState.QUEUED}
     news = {job.pool for job in merged.values() if job.pool is not None and job.status is not JobState.QUEUED}
     if merged:
-        _upsert(connection, list(merged.values()), now)
+        _upsert(connection, list(merged.values()), sources, now)
         names = [job.runner_name for job in merged.values() if job.runner_name]
         for start in range(0, len(names), IN_CLAUSE_CHUNK):
             chunk = names[start : start + IN_CLAUSE_CHUNK]
@@ -189,13 +218,14 @@ def queued_of_pool(connection: Connection, pool: str, *, limit: int | None = Non
             JOBS.c.runners_diverted,
             JOBS.c.diverted_at,
             JOBS.c.maybe_taken_at,
+            JOBS.c.repository,
         )
         .where(JOBS.c.status == JobState.QUEUED.value, JOBS.c.pool == pool)
         .order_by(JOBS.c.queued_at, JOBS.c.id)
         .limit(limit)
         .offset(offset)
     )
-    return [QueuedJob(row[0], row[1], row[2], row[3] or 0, row[4], row[5]) for row in connection.execute(query)]
+    return [QueuedJob(row[0], row[1], row[2], row[3] or 0, row[4], row[5], row[6]) for row in connection.execute(query)]
 
 
 def get(connection: Connection, job_id: int) -> Job | None:

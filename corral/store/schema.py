@@ -13,6 +13,8 @@ from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, I
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from corral.model import MAX_WORKFLOW_NAME
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timestamps stored as UTC and always read back timezone-aware, on SQLite as on PostgreSQL.
@@ -108,6 +110,10 @@ class Job(Base):
     completed_at: Mapped[datetime | None]
     received_at: Mapped[datetime]
     """When corral first heard of the job (webhook or poll)."""
+    source: Mapped[str | None] = mapped_column(String(80))
+    """How corral first heard of it: `webhook:<delivery id>`, `webhook` (no id given) or `poll`."""
+    workflow: Mapped[str | None] = mapped_column(String(MAX_WORKFLOW_NAME))
+    """The workflow's name, as GitHub reports it: what usage is accounted by, beside pool and repository."""
     runners_started: Mapped[int] = mapped_column(Integer, default=0)
     """Runners created on this job's behalf (for the record; failed creates included)."""
     runners_diverted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
