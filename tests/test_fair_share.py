@@ -4,6 +4,7 @@ served beside it, in order of queue time."""
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 import httpx
 
@@ -19,7 +20,7 @@ OTHER_JOBS = 8
 JOB_S = 1.0
 
 
-def most_at_once(jobs: list[dict]) -> int:
+def most_at_once(jobs: list[dict[str, Any]]) -> int:
     """The most of these jobs that ran at the same moment."""
     edges = sorted([(job["started_at_s"], 1) for job in jobs] + [(job["completed_at_s"], -1) for job in jobs])
     running, most = 0, 0
