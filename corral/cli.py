@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from corral import __version__
-from corral.commands import client, database, tokens
+from corral.commands import client, database, tokens, why
 from corral.commands import init as init_command
 
 
@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     database.add_migrate_parser(subcommands)
     tokens.add_parser(subcommands)
     client.add_parsers(subcommands)
+    why.add_parser(subcommands)
     return parser
 
 

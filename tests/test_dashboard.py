@@ -190,3 +190,19 @@ def test_the_dashboard_asks_again_when_the_token_is_refused(
     assert "the token was refused" in dom
     assert re.search(r'<section id="login" class="login">', dom), "the token form is shown"
     assert "data-pool" not in dom and "corral_wrong_token" not in dom
+
+
+@needs_chromium
+def test_a_job_link_opens_its_story_with_why_it_waits(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Path
+) -> None:
+    corral = start_corral({"small": pool_spec(["small"])}, default_pool="small")
+    job = control.post("/jobs", json={"repo": "octo-org/app", "labels": ["gpu"], "duration": 0}).json()["id"]
+    wait_until(lambda: corral.api().get(f"/api/v1/jobs/{job}").status_code == 200, timeout=20, what="job recorded")
+    token = corral.create_token("browser", "read")[1]
+
+    dom = render(f"{corral.url}/?token={token}#job={job}", tmp_path / "profile")
+
+    assert f"Job {job}: octo-org/app, queued, no pool" in dom
+    assert "<b>no_pool</b>: no pool has every label it asks for (gpu)" in dom
+    assert ">received<" in dom and ">unmatched<" in dom, "the timeline's steps are listed"

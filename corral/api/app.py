@@ -19,6 +19,7 @@ from corral.api.auth import requires
 from corral.api.dashboard import build_dashboard_router
 from corral.api.headers import DefaultHeaders
 from corral.api.views import (
+    JobStoryView,
     JobView,
     PoolView,
     ReloadResult,
@@ -32,6 +33,8 @@ from corral.api.webhook import build_webhook_router
 from corral.clock import utcnow
 from corral.config import POOL_NAME_PATTERN
 from corral.engine.coordinator import DeleteOutcome
+from corral.engine.timeline import job_story
+from corral.github.webhooks import MAX_ID
 from corral.metrics import REGISTRY
 from corral.model import JobState, RunnerState
 from corral.service import Service
@@ -128,10 +131,19 @@ def build_app(service: Service) -> FastAPI:
     async def jobs(
         status: JobState | None = None,
         pool: PoolFilter = None,
+        run_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="the jobs of one workflow run")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_JOBS, description="the newest jobs first, at most this many")] = 200,
     ) -> list[JobView]:
-        listed = await service.store.run(store_jobs.listing, status=status, pool=pool, limit=limit)
+        listed = await service.store.run(store_jobs.listing, status=status, pool=pool, run_id=run_id, limit=limit)
         return [JobView.of(job) for job in listed]
+
+    @app.get("/api/v1/jobs/{job_id}", tags=["jobs"], dependencies=read)
+    async def job(job_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> JobStoryView:
+        """One job with its timeline and, while it waits, the reason it has no runner yet."""
+        story = await job_story(service.engine, job_id)
+        if story is None:
+            raise HTTPException(status_code=404, detail=f"no job {job_id} is known to corral")
+        return JobStoryView.of_story(story)
 
     @app.post("/api/v1/reload", tags=["actions"], dependencies=admin)
     async def reload(response: Response) -> ReloadResult:

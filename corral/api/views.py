@@ -10,6 +10,7 @@ from corral.cloud.quota import servers_that_fit
 from corral.config import CorralConfig
 from corral.engine.coordinator import Engine
 from corral.engine.scalesets import SessionState
+from corral.engine.timeline import JobStory
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
 from corral.store.leases import LeaseRow, ReplicaRow
@@ -235,11 +236,15 @@ class JobView(BaseModel):
     received_at: datetime
     runners_started: int
     runners_diverted: int
+    run_id: int | None = None
+    workflow: str | None = None
 
     @classmethod
     def of(cls, job: Job) -> JobView:
         return cls(
             id=job.id,
+            run_id=job.run_id,
+            workflow=job.workflow,
             repository=job.repository,
             labels=list(job.labels),
             status=job.status.value,
@@ -263,3 +268,41 @@ class ReloadResult(BaseModel):
     replicas: dict[str, str] = {}
     """The other live replicas (PostgreSQL), each asked to reload its own file: `reloaded`, `refused` (its log
     says why) or `no answer`."""
+
+
+class WaitView(BaseModel):
+    code: str
+    """A `corral.explain.WaitCode`: `no_pool`, `pool_full`, `quota`, `repository_cap`, `runner_booting`..."""
+    sentence: str
+    until: datetime | None = None
+    """When it lifts by itself, where known (a backoff, a rate limit)."""
+
+
+class TimelineEntryView(BaseModel):
+    at: datetime
+    event: str
+    detail: str
+    runner: str | None = None
+
+
+class JobStoryView(JobView):
+    source: str | None = None
+    """How corral first heard of it: `webhook:<delivery id>`, `webhook` or `poll`."""
+    waiting: WaitView | None = None
+    """While it is queued: what holds it now."""
+    timeline: list[TimelineEntryView] = []
+
+    @classmethod
+    def of_story(cls, story: JobStory) -> JobStoryView:
+        waiting = story.waiting
+        return cls(
+            **JobView.of(story.job).model_dump(),
+            source=story.job.source,
+            waiting=WaitView(code=waiting.code.value, sentence=waiting.sentence, until=waiting.until)
+            if waiting
+            else None,
+            timeline=[
+                TimelineEntryView(at=entry.at, event=entry.event, detail=entry.detail, runner=entry.runner)
+                for entry in story.timeline
+            ],
+        )

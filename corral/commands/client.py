@@ -23,7 +23,7 @@ REPLICA_COLUMNS = ["name", "version", "live", "last_seen", "pools", "answering"]
 JOB_COLUMNS = ["id", "repository", "status", "pool", "labels", "runner_name", "queued_at", "started_at"]
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=os.environ.get("CORRAL_URL", DEFAULT_URL), help="corral API (CORRAL_URL)")
     parser.add_argument("--token", default=os.environ.get("CORRAL_TOKEN"), help="API token (CORRAL_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -31,42 +31,42 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def add_parsers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pools = subcommands.add_parser("pools", help="pools with their state (API)")
-    _common(pools)
+    common_options(pools)
     pools.set_defaults(handler=_pools)
 
     runners = subcommands.add_parser("runners", help="runners, by pool and state (API)")
-    _common(runners)
+    common_options(runners)
     runners.add_argument("--pool")
     runners.add_argument("--state", action="append", help="repeat for several states")
     runners.set_defaults(handler=_runners)
 
     jobs = subcommands.add_parser("jobs", help="recent jobs (API)")
-    _common(jobs)
+    common_options(jobs)
     jobs.add_argument("--status", choices=["queued", "in_progress", "completed"])
     jobs.set_defaults(handler=_jobs)
 
     drain = subcommands.add_parser("drain", help="stop starting runners in a pool and retire its idle ones (API)")
-    _common(drain)
+    common_options(drain)
     drain.add_argument("pool")
     drain.add_argument("--undo", action="store_true", help="undrain: resume the pool")
     drain.set_defaults(handler=_drain)
 
     replicas = subcommands.add_parser("replicas", help="replicas on the database and the pools each holds (API)")
-    _common(replicas)
+    common_options(replicas)
     replicas.set_defaults(handler=_replicas)
 
     reconcile = subcommands.add_parser("reconcile", help="ask for a reconcile pass now (API)")
-    _common(reconcile)
+    common_options(reconcile)
     reconcile.set_defaults(handler=_reconcile)
 
     reload = subcommands.add_parser(
         "reload", help="re-read the config file, on this replica and on every other one, each its own (API)"
     )
-    _common(reload)
+    common_options(reload)
     reload.set_defaults(handler=_reload)
 
 
-def _request(args: argparse.Namespace, method: str, path: str, *, answers: tuple[int, ...] = (), **kwargs: Any) -> Any:
+def request(args: argparse.Namespace, method: str, path: str, *, answers: tuple[int, ...] = (), **kwargs: Any) -> Any:
     """The JSON answer; an HTTP error (other than the `answers` expected) ends the command with its detail."""
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     try:
@@ -87,19 +87,19 @@ def _print(args: argparse.Namespace, data: Any, columns: list[str]) -> int:
 
 
 def _pools(args: argparse.Namespace) -> int:
-    return _print(args, _request(args, "GET", "/api/v1/pools"), POOL_COLUMNS)
+    return _print(args, request(args, "GET", "/api/v1/pools"), POOL_COLUMNS)
 
 
 def _runners(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"state": args.state} if args.state else {}
     if args.pool:
         params["pool"] = args.pool
-    return _print(args, _request(args, "GET", "/api/v1/runners", params=params), RUNNER_COLUMNS)
+    return _print(args, request(args, "GET", "/api/v1/runners", params=params), RUNNER_COLUMNS)
 
 
 def _jobs(args: argparse.Namespace) -> int:
     params = {"status": args.status} if args.status else {}
-    rows = _request(args, "GET", "/api/v1/jobs", params=params)
+    rows = request(args, "GET", "/api/v1/jobs", params=params)
     if not args.json:
         for row in rows:
             row["labels"] = ",".join(row["labels"])
@@ -107,7 +107,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _replicas(args: argparse.Namespace) -> int:
-    rows = _request(args, "GET", "/api/v1/replicas")
+    rows = request(args, "GET", "/api/v1/replicas")
     if not args.json:
         for row in rows:
             row["pools"] = ",".join(row["pools"])
@@ -116,17 +116,17 @@ def _replicas(args: argparse.Namespace) -> int:
 
 def _drain(args: argparse.Namespace) -> int:
     action = "undrain" if args.undo else "drain"
-    return _print(args, _request(args, "POST", f"/api/v1/pools/{args.pool}/{action}"), POOL_COLUMNS)
+    return _print(args, request(args, "POST", f"/api/v1/pools/{args.pool}/{action}"), POOL_COLUMNS)
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    _request(args, "POST", "/api/v1/reconcile")
+    request(args, "POST", "/api/v1/reconcile")
     print("reconcile requested", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def _reload(args: argparse.Namespace) -> int:
-    result = _request(args, "POST", "/api/v1/reload", answers=(422,))
+    result = request(args, "POST", "/api/v1/reload", answers=(422,))
     if args.json:
         print(emit(result, [], True))
     else:

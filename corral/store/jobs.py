@@ -243,9 +243,16 @@ def known_ids(connection: Connection, ids: Iterable[int]) -> set[int]:
 
 
 def listing(
-    connection: Connection, *, status: JobState | None = None, pool: str | None = None, limit: int = 1000
+    connection: Connection,
+    *,
+    status: JobState | None = None,
+    pool: str | None = None,
+    run_id: int | None = None,
+    limit: int = 1000,
 ) -> list[Job]:
     query = select(*COLUMNS).order_by(JOBS.c.received_at.desc(), JOBS.c.id.desc()).limit(limit)
+    if run_id is not None:
+        query = query.where(JOBS.c.run_id == run_id)
     if status is not None:
         query = query.where(JOBS.c.status == status.value)
     if pool is not None:

@@ -355,10 +355,10 @@ def events(connection: Connection, runner_id: str) -> list[RunnerEvent]:
     query = select(
         EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at
     ).where(EVENTS.c.runner_id == runner_id)
-    return [_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
+    return [to_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
 
 
-def _event(row: Any) -> RunnerEvent:
+def to_event(row: Any) -> RunnerEvent:
     return RunnerEvent(
         runner_id=row[0],
         from_state=RunnerState(row[1]) if row[1] else None,
@@ -387,7 +387,7 @@ def recent_failures(connection: Connection, limit: int = 20) -> list[tuple[Runne
         .order_by(EVENTS.c.id.desc())
         .limit(limit)
     )
-    return [(_event(row[:6]), to_runner(row[6:])) for row in connection.execute(query)]
+    return [(to_event(row[:6]), to_runner(row[6:])) for row in connection.execute(query)]
 
 
 def counts(connection: Connection) -> Counter[tuple[str, RunnerState]]:

@@ -18,6 +18,7 @@
   let lastSuccess = 0;
   let timer = null;
   let poolColors = new Map();
+  let selectedJob = null;
 
   // -- the token: from ?token= once, then from this tab's sessionStorage ----------------------------
 
@@ -231,7 +232,7 @@
       el(
         "tr",
         {},
-        el("td", { class: "mono" }, job.id),
+        el("td", { class: "mono" }, jobLink(job.id)),
         el("td", {}, job.repository),
         el("td", { class: "labels" }, job.labels.join(", ")),
         el("td", {}, job.pool || "unmatched"),
@@ -241,6 +242,49 @@
       ),
     );
     fillTable("jobs", "jobs-empty", rows);
+  }
+
+  function jobLink(id) {
+    const link = el("button", { type: "button", class: "link-button mono", title: "timeline and why it waits" }, id);
+    link.addEventListener("click", () => {
+      selectedJob = id;
+      window.history.replaceState(null, "", `#job=${id}`);
+      poll();
+    });
+    return link;
+  }
+
+  // A job corral does not know (a mistyped link) is said so in the panel rather than failing the poll.
+  async function jobStory(id) {
+    try {
+      return await get(`api/v1/jobs/${id}`);
+    } catch (error) {
+      if (error instanceof Unauthorized) throw error;
+      return { id, missing: error.message, timeline: [] };
+    }
+  }
+
+  // One job's story: what holds it while it waits, and its timeline from the delivery to completion.
+  function renderJobStory(story) {
+    const panel = $("job-story");
+    panel.hidden = story === null;
+    if (story === null) return;
+    if (story.missing) {
+      $("job-story-title").textContent = `Job ${story.id}: ${story.missing}`;
+      $("job-story-waiting").textContent = "";
+      fillTable("job-story-timeline", "job-story-empty", []);
+      return;
+    }
+    $("job-story-title").textContent = `Job ${story.id}: ${story.repository}, ${story.status}, ${story.pool || "no pool"}`;
+    const waiting = $("job-story-waiting");
+    waiting.textContent = "";
+    if (story.waiting) {
+      waiting.append(el("b", {}, story.waiting.code), `: ${story.waiting.sentence}`);
+    }
+    const rows = story.timeline.map((entry) =>
+      el("tr", {}, el("td", { class: "num", title: entry.at }, clock(entry.at)), el("td", {}, entry.event), el("td", { class: "reason" }, entry.detail)),
+    );
+    fillTable("job-story-timeline", "job-story-empty", rows);
   }
 
   function renderFailures(failures) {
@@ -353,6 +397,7 @@
       renderJobs(jobs);
       renderLatency(jobs, summary.wait);
       renderFailures(failures);
+      renderJobStory(selectedJob === null ? null : await jobStory(selectedJob));
       lastSuccess = Date.now();
       setConnection("live", "pill-ok");
       document.body.dataset.rendered = "true";
@@ -377,6 +422,14 @@
       if (!value) return;
       sessionStorage.setItem(TOKEN_KEY, value);
       start();
+    });
+    // `#job=ID` opens that job's story: a link an operator can hand to whoever asked why their job waits.
+    const linked = /^#job=(\d{1,19})$/.exec(window.location.hash);
+    if (linked) selectedJob = linked[1];
+    $("job-story-close").addEventListener("click", () => {
+      window.history.replaceState(null, "", window.location.pathname + window.location.search);
+      selectedJob = null;
+      renderJobStory(null);
     });
     $("forget").addEventListener("click", () => {
       sessionStorage.removeItem(TOKEN_KEY);

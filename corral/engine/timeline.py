@@ -1,0 +1,142 @@
+"""A job's story: its timeline from the first word of it to its end, and while it waits, what holds it.
+
+Told from what corral keeps anyway (the job row, the runner rows and their events) plus what this replica
+knows now (the last look, the quota, GitHub's rate gate), so the hot path writes nothing for it. Any replica
+can tell any job's story: a pool another replica holds is described from the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from corral.clock import utcnow
+from corral.cloud.quota import servers_that_fit
+from corral.engine.coordinator import Engine
+from corral.explain import Tuning, Wait, WaitFacts, explain
+from corral.model import FREE_STATES, Job, Runner, RunnerEvent, RunnerState
+from corral.store import stories
+
+RUNNER_STEPS = {
+    RunnerState.PENDING: ("runner_requested", "runner {name} requested ({reason})"),
+    RunnerState.CREATING: ("create_requested", "runner {name}: JIT config made, server create sent"),
+    RunnerState.BOOTING: ("server_created", "runner {name}: server created{server}"),
+    RunnerState.IDLE: ("runner_online", "runner {name} online"),
+    RunnerState.BUSY: ("runner_busy", "runner {name} took a job"),
+    RunnerState.FINISHED: ("runner_finished", "runner {name} done ({reason})"),
+    RunnerState.FAILED: ("runner_failed", "runner {name} failed ({reason}){message}"),
+    RunnerState.DELETING: ("runner_deleting", "runner {name}: deleting ({reason})"),
+    RunnerState.DELETED: ("runner_deleted", "runner {name} deleted"),
+}
+"""Each runner move as a timeline step: its event name and what it says."""
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: datetime
+    event: str
+    """`received`, `queued`, `matched`, `unmatched`, a runner's step (`RUNNER_STEPS`), `started`, `completed`."""
+    detail: str
+    runner: str | None = None
+
+
+@dataclass(frozen=True)
+class JobStory:
+    job: Job
+    timeline: list[TimelineEntry]
+    waiting: Wait | None
+    """Its current blocking reason while queued; None otherwise."""
+
+
+def timeline(job: Job, runners: list[Runner], events: list[RunnerEvent]) -> list[TimelineEntry]:
+    """The job's steps and its runners' moves, in time order (the job's own steps first on a tie)."""
+    entries = [TimelineEntry(job.received_at, "received", _received(job.source))]
+    if job.queued_at is not None:
+        entries.append(TimelineEntry(job.queued_at, "queued", "queued on GitHub"))
+    if job.pool is not None:
+        entries.append(TimelineEntry(job.received_at, "matched", f"matched pool {job.pool}"))
+    else:
+        entries.append(TimelineEntry(job.received_at, "unmatched", "no pool fits its labels and repository"))
+    by_id = {runner.id: runner for runner in runners}
+    for event in events:
+        runner = by_id[event.runner_id]
+        name, text = RUNNER_STEPS[event.to_state]
+        detail = text.format(
+            name=runner.name,
+            reason=event.reason.value,
+            server=f" ({runner.server_id})" if runner.server_id else "",
+            message=f": {event.message}" if event.message else "",
+        )
+        if runner.job_id != job.id:
+            detail += " (started for another job; it ran this one)"
+        entries.append(TimelineEntry(event.at, name, detail, runner.name))
+    if job.started_at is not None:
+        entries.append(TimelineEntry(job.started_at, "started", f"started on {job.runner_name or 'a runner'}"))
+    if job.completed_at is not None:
+        entries.append(TimelineEntry(job.completed_at, "completed", f"completed: {job.conclusion or 'unknown'}"))
+    return sorted(entries, key=lambda entry: entry.at)
+
+
+def _received(source: str | None) -> str:
+    if source is None:
+        return "recorded"
+    if source.startswith("webhook:"):
+        return f"webhook delivery {source.removeprefix('webhook:')}"
+    return {"webhook": "webhook (no delivery id)", "poll": "found by polling GitHub's queued runs"}.get(source, source)
+
+
+async def job_story(engine: Engine, job_id: int) -> JobStory | None:
+    record = await engine.store.run(stories.job_record, job_id)
+    if record is None:
+        return None
+    job = record.job
+    steps = timeline(job, record.runners, record.events)
+    facts = _facts(engine, job, record.runners, record.pool or stories.PoolFacts())
+    return JobStory(job, steps, explain(facts))
+
+
+def _facts(engine: Engine, job: Job, runners: list[Runner], pool_facts: stories.PoolFacts) -> WaitFacts:
+    config = engine.config
+    now = utcnow()
+    tuning = Tuning(
+        stale_after=timedelta(seconds=config.stale_job_check),
+        max_runners_per_job=config.max_runners_per_job,
+        max_hold=timedelta(seconds=config.tuning.max_hold),
+        busy_covers_job=timedelta(seconds=config.tuning.busy_covers_job),
+        confirm_after=timedelta(seconds=config.tuning.confirm_after),
+    )
+    name = job.pool
+    pool = config.pools.get(name) if name else None
+    if name is None or pool is None:
+        return WaitFacts(job=job, now=now, pools=config.pools, tuning=tuning)
+    status = pool_facts.status
+    own = [runner for runner in runners if runner.job_id == job.id and runner.state in FREE_STATES]
+    latest = engine.observer.latest
+    servers = {runner.id: latest.server_for(runner.id) for runner in own} if latest is not None else {}
+    if engine.leases.holds(name):
+        ready, reason = engine.checker.readiness(name)
+        quota_short: tuple[str, ...] | list[str] = engine.snapshot(name).quota_short
+    else:
+        ready, reason = (status.ready, status.reason) if status else (False, "not reconciled yet")
+        cost, headroom = engine.checker.cost(name), latest.headroom if latest is not None else None
+        fits, limited_by = servers_that_fit(headroom, cost) if headroom and cost else (None, [])
+        quota_short = limited_by if fits == 0 else ()
+    github_paused = engine.github.paused_for(pool.scope)
+    return WaitFacts(
+        job=job,
+        now=now,
+        pools=config.pools,
+        tuning=tuning,
+        drained=name in engine.drained or bool(status and status.drained),
+        ready=ready,
+        not_ready_reason=reason,
+        own_runners=own,
+        pool_runners=pool_facts.runners,
+        repository_runners=pool_facts.repository_runners,
+        create_paused_until=status.create_paused_until if status else None,
+        last_error=pool_facts.last_error,
+        github_paused_until=now + timedelta(seconds=github_paused) if github_paused > 0 else None,
+        quota_short=tuple(quota_short),
+        older_queued=pool_facts.older_queued,
+        server_status={runner_id: server.status for runner_id, server in servers.items() if server is not None},
+    )

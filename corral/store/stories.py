@@ -1,0 +1,90 @@
+"""What one job's story is told from, read in one transaction: the job, the runners started for it or that ran
+it with their events, and, while it waits, its pool's counts that can hold it back (`engine.timeline`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, and_, func, or_, select, tuple_
+
+from corral.model import Job, JobState, PoolStatus, Runner, RunnerEvent, RunnerState
+from corral.store import jobs, pools
+from corral.store.runners import CAPACITY, COLUMNS, to_event, to_runner
+from corral.store.schema import JOBS, RUNNERS
+from corral.store.schema import RUNNER_EVENTS as EVENTS
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """A queued job's pool, as the database has it."""
+
+    status: PoolStatus | None = None
+    runners: int = 0
+    """Runners counting against `max_runners`."""
+    repository_runners: int = 0
+    """...of which registered at the job's repository."""
+    last_error: str | None = None
+    """The message of the pool's latest failed runner."""
+    older_queued: int = 0
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job: Job
+    runners: list[Runner] = field(default_factory=list)
+    """Started for the job, or the one that ran it; oldest first."""
+    events: list[RunnerEvent] = field(default_factory=list)
+    pool: PoolFacts | None = None
+    """Only while the job is queued and matched."""
+
+
+def job_record(connection: Connection, job_id: int) -> JobRecord | None:
+    job = jobs.get(connection, job_id)
+    if job is None:
+        return None
+    mine = RUNNERS.c.job_id == job_id
+    if job.runner_name:
+        mine = or_(mine, RUNNERS.c.name == job.runner_name)
+    runners = [
+        to_runner(row) for row in connection.execute(select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at))
+    ]
+    events = []
+    if runners:
+        query = select(
+            EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at
+        ).where(EVENTS.c.runner_id.in_([runner.id for runner in runners]))
+        events = [to_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
+    facts = _pool_facts(connection, job) if job.status is JobState.QUEUED and job.pool is not None else None
+    return JobRecord(job, runners, events, facts)
+
+
+def _pool_facts(connection: Connection, job: Job) -> PoolFacts:
+    assert job.pool is not None
+    in_pool = and_(RUNNERS.c.pool == job.pool, RUNNERS.c.state.in_(CAPACITY))
+    count = select(func.count()).select_from(RUNNERS)
+    failed = (
+        select(EVENTS.c.message)
+        .select_from(EVENTS.join(RUNNERS, RUNNERS.c.id == EVENTS.c.runner_id))
+        .where(RUNNERS.c.pool == job.pool, EVENTS.c.to_state == RunnerState.FAILED.value)
+        .order_by(EVENTS.c.id.desc())
+        .limit(1)
+    )
+    queued_at = job.queued_at or job.received_at
+    older = (
+        select(func.count())
+        .select_from(JOBS)
+        .where(
+            JOBS.c.status == JobState.QUEUED.value,
+            JOBS.c.pool == job.pool,
+            tuple_(JOBS.c.queued_at, JOBS.c.id) < tuple_(queued_at, job.id),
+        )
+    )
+    return PoolFacts(
+        status=pools.statuses(connection).get(job.pool),
+        runners=int(connection.execute(count.where(in_pool)).scalar_one()),
+        repository_runners=int(
+            connection.execute(count.where(in_pool, RUNNERS.c.scope == f"repo:{job.repository}")).scalar_one()
+        ),
+        last_error=connection.execute(failed).scalar(),
+        older_queued=int(connection.execute(older).scalar_one()),
+    )
