@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from corral import __version__
-from corral.commands import client, database, tokens, why
+from corral.commands import client, database, tokens, usage, why
 from corral.commands import init as init_command
 
 
@@ -209,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokens.add_parser(subcommands)
     client.add_parsers(subcommands)
     why.add_parser(subcommands)
+    usage.add_parser(subcommands)
     return parser
 
 

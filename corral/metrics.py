@@ -156,6 +156,13 @@ QUEUED_TO_RUNNING_SECONDS = Histogram(
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+RUNNER_SECONDS = Counter(
+    "corral_runner_seconds_total",
+    "Runner-seconds by pool and phase (boot, idle, busy), counted as each runner leaves the phase: the "
+    "same accounting as GET /api/v1/usage (corral.usage), for rates and dashboards",
+    ["pool", "phase"],
+    registry=REGISTRY,
+)
 RUNNER_BOOT_SECONDS = Histogram(
     "corral_runner_boot_seconds",
     "From a runner's create request to its registration coming online",

@@ -9,6 +9,7 @@ its URL elsewhere), and they describe the API to anyone who asks. Any OpenAPI vi
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response
@@ -26,6 +27,7 @@ from corral.api.views import (
     ReplicaView,
     RunnerEventView,
     RunnerView,
+    UsageView,
     pool_views,
     replica_views,
 )
@@ -40,9 +42,12 @@ from corral.model import JobState, RunnerState
 from corral.service import Service
 from corral.store import jobs as store_jobs
 from corral.store import runners as store_runners
+from corral.store import usage as store_usage
+from corral.usage import DIMENSIONS, Dimension, account
 
 logger = logging.getLogger("corral.api")
 
+MAX_USAGE_WINDOW = timedelta(days=31)
 MAX_JOBS = 1000
 """The most jobs one request lists; enough for an operator, bounded for the database."""
 RUNNER_ID_PATTERN = r"^[0-9a-z]{1,32}$"
@@ -145,6 +150,22 @@ def build_app(service: Service) -> FastAPI:
             raise HTTPException(status_code=404, detail=f"no job {job_id} is known to corral")
         return JobStoryView.of_story(story)
 
+    @app.get("/api/v1/usage", tags=["usage"], dependencies=read)
+    async def usage(
+        since: Annotated[
+            datetime | None, Query(description="start of the window (ISO 8601; default: a day before until)")
+        ] = None,
+        until: Annotated[datetime | None, Query(description="end of the window, exclusive (default: now)")] = None,
+        group_by: Annotated[str, Query(description="comma-separated: pool, repository, workflow")] = "pool",
+    ) -> UsageView:
+        """Runner-seconds (boot, idle, busy), runners, jobs started and their mean queue time, per group."""
+        window = usage_window(since, until)
+        dimensions = usage_dimensions(group_by)
+        runners = await service.store.run(store_usage.histories, since=window[0], until=window[1])
+        started = await service.store.run(store_usage.started_jobs, since=window[0], until=window[1])
+        rows = account(runners, started, since=window[0], until=window[1], group_by=dimensions)
+        return UsageView.of(rows, window[0], window[1], list(dimensions))
+
     @app.post("/api/v1/reload", tags=["actions"], dependencies=admin)
     async def reload(response: Response) -> ReloadResult:
         problems = await service.reload()
@@ -185,3 +206,34 @@ def build_app(service: Service) -> FastAPI:
 
     app.include_router(build_dashboard_router(service))
     return app
+
+
+def usage_window(since: datetime | None, until: datetime | None) -> tuple[datetime, datetime]:
+    """The window asked for, in UTC (a time without a zone is taken as UTC); 422 when it is empty or longer
+    than MAX_USAGE_WINDOW (the accounting reads every runner of the window into memory)."""
+    end = _utc(until) if until is not None else utcnow()
+    start = _utc(since) if since is not None else end - timedelta(days=1)
+    if start >= end:
+        raise HTTPException(status_code=422, detail="since must be before until")
+    if end - start > MAX_USAGE_WINDOW:
+        raise HTTPException(
+            status_code=422, detail=f"the window may span at most {MAX_USAGE_WINDOW.days} days; ask for several"
+        )
+    return start, end
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def usage_dimensions(group_by: str) -> tuple[Dimension, ...]:
+    """`pool,repository` as dimensions; 422 naming the ones allowed otherwise."""
+    asked = [part.strip() for part in group_by.split(",") if part.strip()]
+    unknown = [part for part in asked if part not in DIMENSIONS]
+    if unknown or not asked or len(set(asked)) != len(asked):
+        raise HTTPException(
+            status_code=422,
+            detail=f"group_by takes distinct names among {', '.join(DIMENSIONS)} (comma-separated), "
+            f"not {group_by[:80]!r}",
+        )
+    return tuple(part for part in DIMENSIONS if part in asked)

@@ -14,6 +14,7 @@ from corral.engine.timeline import JobStory
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
 from corral.store.leases import LeaseRow, ReplicaRow
+from corral.usage import UsageRow
 
 
 class PoolView(BaseModel):
@@ -304,5 +305,50 @@ class JobStoryView(JobView):
             timeline=[
                 TimelineEntryView(at=entry.at, event=entry.event, detail=entry.detail, runner=entry.runner)
                 for entry in story.timeline
+            ],
+        )
+
+
+class UsageRowView(BaseModel):
+    pool: str | None = None
+    repository: str | None = None
+    """Of the job the runners ran (else were started for); empty for warm runners that ran none."""
+    workflow: str | None = None
+    boot_s: float
+    idle_s: float
+    busy_s: float
+    runner_s: float
+    """boot + idle + busy."""
+    runners: int
+    jobs: int
+    """Jobs that started in the window (by the pool they matched)."""
+    mean_queue_s: float | None
+    """Their mean wait from queued to started."""
+
+
+class UsageView(BaseModel):
+    since: datetime
+    until: datetime
+    group_by: list[str]
+    rows: list[UsageRowView]
+
+    @classmethod
+    def of(cls, rows: list[UsageRow], since: datetime, until: datetime, group_by: list[str]) -> UsageView:
+        return cls(
+            since=since,
+            until=until,
+            group_by=group_by,
+            rows=[
+                UsageRowView(
+                    **row.key,
+                    boot_s=round(row.boot_s, 3),
+                    idle_s=round(row.idle_s, 3),
+                    busy_s=round(row.busy_s, 3),
+                    runner_s=round(row.runner_s, 3),
+                    runners=row.runners,
+                    jobs=row.jobs,
+                    mean_queue_s=None if row.mean_queue_s is None else round(row.mean_queue_s, 3),
+                )
+                for row in rows
             ],
         )

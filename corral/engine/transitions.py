@@ -10,10 +10,11 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from corral.metrics import RUNNER_FAILURES, RUNNER_TRANSITIONS
+from corral.metrics import RUNNER_FAILURES, RUNNER_SECONDS, RUNNER_TRANSITIONS
 from corral.model import FAILURE_REASONS, Reason, Runner, RunnerState, Transition
 from corral.store import Store, runners
 from corral.store.leases import Fence
+from corral.usage import PHASES
 
 logger = logging.getLogger("corral.engine")
 
@@ -96,6 +97,10 @@ class Mover:
     def _record(transition: Transition, result: Runner) -> None:
         runner = transition.runner
         RUNNER_TRANSITIONS.labels(runner.pool, transition.target.value, transition.reason.value).inc()
+        phase = PHASES.get(runner.state)
+        if phase is not None:
+            spent = (result.state_changed_at - runner.state_changed_at).total_seconds()
+            RUNNER_SECONDS.labels(runner.pool, phase).inc(max(spent, 0.0))
         if transition.target is RunnerState.FAILED and transition.reason in FAILURE_REASONS:
             RUNNER_FAILURES.labels(runner.pool, transition.reason.value).inc()
         # Every move at INFO: a failure's warning comes once per pool and reason from the creator (with the

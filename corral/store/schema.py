@@ -94,6 +94,7 @@ class Job(Base):
         Index("ix_jobs_status_checked", "status", "checked_at"),
         Index("ix_jobs_runner_name", "runner_name"),
         Index("ix_jobs_received_at", "received_at"),
+        Index("ix_jobs_started_at", "started_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)

@@ -1,0 +1,59 @@
+"""The rows usage is accounted from (`corral.usage`): runners alive in a window with their moves and the job
+each ran (else was started for), and the jobs that started in it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection, and_, or_, select
+
+from corral.model import RunnerState
+from corral.store.schema import JOBS, RUNNERS
+from corral.store.schema import RUNNER_EVENTS as EVENTS
+from corral.usage import RunnerHistory, StartedJob
+
+CHUNK = 500
+
+
+def histories(connection: Connection, *, since: datetime, until: datetime) -> list[RunnerHistory]:
+    ran = JOBS.alias("ran")
+    own = JOBS.alias("own")
+    query = (
+        select(
+            RUNNERS.c.id,
+            RUNNERS.c.pool,
+            ran.c.repository,
+            ran.c.workflow,
+            own.c.repository,
+            own.c.workflow,
+        )
+        .select_from(
+            RUNNERS.outerjoin(ran, ran.c.runner_name == RUNNERS.c.name).outerjoin(own, own.c.id == RUNNERS.c.job_id)
+        )
+        .where(
+            RUNNERS.c.created_at < until,
+            or_(RUNNERS.c.state != RunnerState.DELETED.value, RUNNERS.c.state_changed_at >= since),
+        )
+    )
+    found = {row[0]: row for row in connection.execute(query)}
+    moves: dict[str, list[tuple[RunnerState, datetime]]] = {runner_id: [] for runner_id in found}
+    ids = list(found)
+    for start in range(0, len(ids), CHUNK):
+        events = (
+            select(EVENTS.c.runner_id, EVENTS.c.to_state, EVENTS.c.at)
+            .where(and_(EVENTS.c.runner_id.in_(ids[start : start + CHUNK]), EVENTS.c.at < until))
+            .order_by(EVENTS.c.id)
+        )
+        for runner_id, state, at in connection.execute(events):
+            moves[runner_id].append((RunnerState(state), at))
+    return [
+        RunnerHistory(pool=row[1], repository=row[2] or row[4], workflow=row[3] or row[5], moves=moves[runner_id])
+        for runner_id, row in found.items()
+    ]
+
+
+def started_jobs(connection: Connection, *, since: datetime, until: datetime) -> list[StartedJob]:
+    query = select(JOBS.c.pool, JOBS.c.repository, JOBS.c.workflow, JOBS.c.queued_at, JOBS.c.started_at).where(
+        JOBS.c.started_at >= since, JOBS.c.started_at < until
+    )
+    return [StartedJob(*row) for row in connection.execute(query)]
