@@ -92,6 +92,21 @@ def test_a_full_quota_it_can_see_makes_the_pool_wait_without_a_refused_create(
     assert pools_view(corral)["small"]["quota_short"] == []
 
 
+def test_a_full_port_quota_makes_the_pool_wait_without_a_refused_create(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any
+) -> None:
+    """Each runner's server takes a port on its network: Neutron's port quota is planned for like Nova's."""
+    control.put("/quota", json={"ports": 1}).raise_for_status()
+    corral = corral_for(min_idle=3)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "one runner fits the port quota")
+    converge(corral, lambda: pools_view(corral)["small"]["quota_short"] == ["ports"], "pool says it waits")
+    assert pools_view(corral)["small"]["quota_limited_by"] == ["ports"]
+    assert create_calls(control) == 1, "no create the port quota would refuse was sent"
+    control.put("/quota", json={"ports": -1}).raise_for_status()
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 3}, "grown once the quota was raised")
+    assert not any("quota" in reason or "ports" in reason for reason in runner_failures(corral))
+
+
 def test_a_quota_refusal_it_could_not_foresee_makes_the_pool_wait_then_recover(
     sandbox: Sandbox, control: httpx.Client, corral_for: Any
 ) -> None:

@@ -164,6 +164,7 @@ class OpenStackProvider:
         self._ids: dict[tuple[str, str], str] = {}
         self._flavor_sizes: dict[str, tuple[int, int]] = {}
         """Flavor name -> (vCPUs, RAM MiB), found with its id."""
+        self._port_quota_unreadable = False
         self._lock = threading.Lock()
         self._tags: bool | None = None
         self._microversion: str | None = None
@@ -243,7 +244,9 @@ class OpenStackProvider:
             with self._lock:
                 size = self._flavor_sizes[spec.flavor]
         disks = [volume.size_gb for volume in spec.volumes] + ([spec.boot_volume_gb] if spec.boot_volume_gb else [])
-        return ServerCost(cores=size[0], ram_mb=size[1], volumes=len(disks), gigabytes=sum(disks))
+        # One port per network; none given is Nova's `auto`, which makes one.
+        ports = max(len(spec.networks), 1)
+        return ServerCost(cores=size[0], ram_mb=size[1], volumes=len(disks), gigabytes=sum(disks), ports=ports)
 
     def headroom(self, volumes: bool) -> Headroom:
         def absolute(service: Any) -> dict[str, Any]:
@@ -256,7 +259,29 @@ class OpenStackProvider:
         volume = (
             self._idempotent("read volume limits", lambda: absolute(self.connection.block_storage)) if volumes else None
         )
-        return Headroom.of(compute, volume)
+        return Headroom.of(compute, volume, self._port_quota())
+
+    def _port_quota(self) -> dict[str, Any] | None:
+        """Neutron's port quota details; None when Neutron refuses them (a policy that hides the project's
+        quota from its members, a Neutron without `quota_details`): ports then hold nothing back, and a
+        refusal still backs the pool off. Logged once per provider, as it will not change by itself. A
+        transient failure fails the reading, like the other services' (the look goes on without it)."""
+        project = self._idempotent("read port quota", lambda: self.connection.current_project_id)
+        try:
+            if project is None:
+                raise CloudRequestRejected("read port quota: the credentials name no project")
+            quota = self._idempotent(
+                "read port quota", lambda: self.connection.network.get_quota(project, details=True)
+            )
+        except CloudTransientError:
+            raise
+        except CloudError as exc:
+            if not self._port_quota_unreadable:
+                self._port_quota_unreadable = True
+                logger.warning("cannot read the project's port quota, so ports are not planned for: %s", exc)
+            return None
+        ports: dict[str, Any] = quota.ports or {}
+        return ports
 
     def _resolve(self, spec: ServerSpec) -> _Resolved:
         keys = [("image", spec.image), ("flavor", spec.flavor)] + [("network", n) for n in spec.networks]

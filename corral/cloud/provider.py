@@ -117,7 +117,8 @@ class CloudProvider(Protocol):
         ...
 
     def headroom(self, volumes: bool) -> Headroom:
-        """The project's quota less its usage: Nova's limits, and Cinder's when `volumes` (two calls at most)."""
+        """The project's quota less its usage: Nova's limits, Neutron's port quota, and Cinder's limits when
+        `volumes` (three calls at most)."""
         ...
 
     def server_cost(self, spec: ServerSpec) -> ServerCost:

@@ -1,8 +1,10 @@
 """The project's quota as headroom, and what one pool's server costs of it.
 
-Nova's and Cinder's `GET /limits` give each limit beside its usage (`maxTotalCores`, `totalCoresUsed`...); a
-limit of -1 is unlimited. A server costs one instance, its flavor's cores and RAM, and, when it boots from a
-volume or has extra ones, that many volumes and their gigabytes. How many more of a pool's servers fit is
+Nova's and Cinder's `GET /limits` give each limit beside its usage (`maxTotalCores`, `totalCoresUsed`...);
+Neutron's `GET /v2.0/quotas/{project}/details` gives each as `{limit, used, reserved}`; a limit of -1 is
+unlimited. A server costs one instance, its flavor's cores and RAM, one port per network (Nova's `auto`
+network makes one too), and, when it boots from a volume or has extra ones, that many volumes and their
+gigabytes. How many more of a pool's servers fit is
 the least over the resources it uses; the resources at that least are what limits it.
 """
 
@@ -23,10 +25,14 @@ class Headroom:
     ram_mb: int | None = None
     volumes: int | None = None
     gigabytes: int | None = None
+    ports: int | None = None
 
     @classmethod
-    def of(cls, compute: dict[str, Any], volume: dict[str, Any] | None = None) -> Headroom:
-        """From the `absolute` maps of Nova's and (when asked) Cinder's `GET /limits`."""
+    def of(
+        cls, compute: dict[str, Any], volume: dict[str, Any] | None = None, ports: dict[str, Any] | None = None
+    ) -> Headroom:
+        """From the `absolute` maps of Nova's and (when asked) Cinder's `GET /limits`, and Neutron's port quota
+        details (`{limit, used, reserved}`) when it could be read."""
         volume = volume or {}
         return cls(
             instances=left(compute, "maxTotalInstances", "totalInstancesUsed"),
@@ -34,6 +40,7 @@ class Headroom:
             ram_mb=left(compute, "maxTotalRAMSize", "totalRAMUsed"),
             volumes=left(volume, "maxTotalVolumes", "totalVolumesUsed"),
             gigabytes=left(volume, "maxTotalVolumeGigabytes", "totalGigabytesUsed"),
+            ports=ports_left(ports),
         )
 
     def limited(self) -> dict[str, int]:
@@ -50,6 +57,7 @@ class ServerCost:
     volumes: int = 0
     gigabytes: int = 0
     instances: int = 1
+    ports: int = 1
 
 
 def left(limits: dict[str, Any], maximum: str, used: str) -> int | None:
@@ -57,6 +65,17 @@ def left(limits: dict[str, Any], maximum: str, used: str) -> int | None:
     if not isinstance(limit, int) or limit == UNLIMITED:
         return None
     return max(0, limit - int(limits.get(used) or 0))
+
+
+def ports_left(details: dict[str, Any] | None) -> int | None:
+    """Ports the project may still create, from Neutron's `{limit, used, reserved}` (None: unlimited or
+    unknown)."""
+    if not details:
+        return None
+    limit = details.get("limit")
+    if not isinstance(limit, int) or limit == UNLIMITED:
+        return None
+    return max(0, limit - int(details.get("used") or 0) - int(details.get("reserved") or 0))
 
 
 def fit(left: int | None, each: int) -> int | None:

@@ -155,7 +155,7 @@ class CloudDoctor:
                     "read volume limits", lambda: self.conn.block_storage.get("/limits", raise_exc=True)
                 )
                 volumes = cinder.json()["limits"]["absolute"]
-            headroom = Headroom.of(nova.json()["limits"]["absolute"], volumes)
+            headroom = Headroom.of(nova.json()["limits"]["absolute"], volumes, self._port_quota())
         except Exception as exc:
             self.section.failed(
                 "quota",
@@ -164,6 +164,24 @@ class CloudDoctor:
             )
             return None
         return headroom
+
+    def _port_quota(self) -> dict[str, Any] | None:
+        """Neutron's port quota details, or None (with a warning) when Neutron will not say: corral then
+        plans without ports, as it does at run time."""
+        try:
+            project = self.conn.current_project_id
+            if project is None:
+                raise ValueError("the credentials name no project")
+            quota = self._call("read port quota", lambda: self.conn.network.get_quota(project, details=True))
+        except Exception as exc:
+            self.section.warned(
+                "port quota",
+                f"Neutron's port quota could not be read, so corral cannot plan for ports: {exc}",
+                "allow the account to read its project's network quota (GET /v2.0/quotas/{project}/details)",
+            )
+            return None
+        ports: dict[str, Any] = quota.ports or {}
+        return ports
 
     # -- one pool ---------------------------------------------------------------------------------
 
@@ -299,6 +317,7 @@ class CloudDoctor:
             "RAM": fit(headroom.ram_mb, int(flavor.ram or 0)),
             "volumes": fit(headroom.volumes, len(disks)) if disks else None,
             "volume gigabytes": fit(headroom.gigabytes, sum(disks)) if disks else None,
+            "ports": fit(headroom.ports, max(len(pool.networks), 1)),
         }
         limited = {name: count for name, count in fits.items() if count is not None}
         if not limited:

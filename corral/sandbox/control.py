@@ -43,6 +43,7 @@ class QuotaRequest(BaseModel):
     ram: int | None = Field(default=None, ge=-1)
     volumes: int | None = Field(default=None, ge=-1)
     gigabytes: int | None = Field(default=None, ge=-1)
+    ports: int | None = Field(default=None, ge=-1)
 
 
 class TimingsRequest(BaseModel):

@@ -87,6 +87,8 @@ class Side:
     """Yields a flavor id whose boot ends in ERROR with a fault while the block lasts, or None."""
     no_instance_room: Callable[[], AbstractContextManager[bool]]
     """Leaves the project no room for another instance for the block; yields False if it cannot."""
+    no_port_room: Callable[[], AbstractContextManager[bool]]
+    """Leaves the project no room for another port (Neutron's quota) for the block; False if it cannot."""
     provider: OpenStackProvider
     """corral's provider on this cloud, for the pools' creates."""
     installation: str
@@ -486,6 +488,16 @@ class Script:
             else:
                 seen.record("create beyond the instance quota: status and shape", UNOBSERVABLE)
                 seen.record("create beyond the instance quota: message", UNOBSERVABLE)
+        project = self.side.conn.current_project_id
+        assert project is not None, "both sides' accounts are scoped to a project"
+        ports = self.side.conn.network.get_quota(project, details=True).ports
+        seen.record("port quota details: fields", {key: type(value).__name__ for key, value in sorted(ports.items())})
+        with self.side.no_port_room() as exhausted:
+            if exhausted:
+                self.error("create beyond the port quota", *self.create("over-port-quota"))
+            else:
+                seen.record("create beyond the port quota: status and shape", UNOBSERVABLE)
+                seen.record("create beyond the port quota: message", UNOBSERVABLE)
 
         # delete, then the server is gone
         seen.record("delete a server: status", self.call("DELETE", f"/servers/{ids['a']}")[0])

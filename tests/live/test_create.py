@@ -166,7 +166,8 @@ def test_extra_volumes_without_a_boot_volume_boot_the_image_from_its_local_disk(
 def test_the_quota_headroom_and_a_servers_cost_are_read_as_nova_and_cinder_count_them(
     live: LiveCloud, provider: OpenStackProvider, full: Made
 ) -> None:
-    """What quota-aware planning reads: Nova's (and Cinder's) limits less usage, and a pool server's cost."""
+    """What quota-aware planning reads: Nova's (and Cinder's) limits and Neutron's port quota less usage, and
+    a pool server's cost."""
     headroom = provider.headroom(volumes=live.has_volumes)
     absolute = live.observer.compute.get("/limits").json()["limits"]["absolute"]
     if absolute["maxTotalInstances"] != -1:
@@ -174,9 +175,15 @@ def test_the_quota_headroom_and_a_servers_cost_are_read_as_nova_and_cinder_count
         assert absolute["totalInstancesUsed"] >= 1, "the server made for this module counts"
     if absolute["maxTotalCores"] != -1:
         assert headroom.cores == max(0, absolute["maxTotalCores"] - absolute["totalCoresUsed"])
+    project = live.observer.current_project_id
+    assert project is not None
+    ports = live.observer.network.get_quota(project, details=True).ports
+    if ports["limit"] != -1:
+        assert headroom.ports == max(0, ports["limit"] - ports["used"] - ports.get("reserved", 0))
     flavor = live.observer.compute.find_flavor(live.flavor, ignore_missing=False)
     cost = provider.server_cost(full.spec)
     assert (cost.instances, cost.cores, cost.ram_mb) == (1, flavor.vcpus, flavor.ram)
+    assert cost.ports == max(len(full.spec.networks), 1), "one port per network"
     if live.has_volumes:
         assert (cost.volumes, cost.gigabytes) == (2, 2), "a 1 GB boot volume and a 1 GB extra one"
         assert headroom.volumes is None or headroom.volumes >= 0

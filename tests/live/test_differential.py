@@ -72,6 +72,15 @@ def _sandbox_side(
         finally:
             sandbox.call(lambda: world.cloud.set_quota(instances=-1))
 
+    @contextmanager
+    def no_port_room() -> Iterator[bool]:
+        # As on Neutron, which refuses a limit below what is in use: the limit is the ports there are.
+        sandbox.call(lambda: world.cloud.set_quota(ports=len(world.cloud.ports)))
+        try:
+            yield True
+        finally:
+            sandbox.call(lambda: world.cloud.set_quota(ports=-1))
+
     second = sandbox.call(lambda: world.cloud.add_network("corral-diff-net", SECOND_CIDR))
     pool = PoolNames(
         image=live.image,
@@ -95,6 +104,7 @@ def _sandbox_side(
             network=network,
             failing_flavor=failing_flavor,
             no_instance_room=no_instance_room,
+            no_port_room=no_port_room,
             provider=provider,
             installation=f"{live.installation}-diff",
             pool=pool,
@@ -147,6 +157,16 @@ def _live_side(live: LiveCloud) -> Iterator[Side]:
                 return
             yield True
 
+    @contextmanager
+    def no_port_room() -> Iterator[bool]:
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(exhausted_quota(live, "network", "ports"))
+            except pytest.skip.Exception:
+                yield False
+                return
+            yield True
+
     with ExitStack() as undo:
         second = conn.network.create_network(name=f"{name}-net")
         undo.callback(_when_free, live, lambda: conn.network.delete_network(second.id, ignore_missing=True))
@@ -184,6 +204,7 @@ def _live_side(live: LiveCloud) -> Iterator[Side]:
             network=network,
             failing_flavor=failing_flavor,
             no_instance_room=no_instance_room,
+            no_port_room=no_port_room,
             provider=provider,
             installation=f"{live.installation}-diff",
             pool=pool,

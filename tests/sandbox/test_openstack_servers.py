@@ -439,3 +439,24 @@ def test_reset_forgets_runtime_resources(sandbox: Sandbox, os_conn: Conn) -> Non
 
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDZ5eWd1aTZ3d2x6bHZ6bHZ6bHZ6bHZ6bHZ6bHZ6bHZ6 corral@test"
+
+
+def test_port_quota_is_novas_403_before_anything_is_made_and_neutrons_409(sandbox: Sandbox, os_conn: Conn) -> None:
+    """Nova asks Neutron's quota before accepting a boot whose networks need new ports; Neutron itself
+    refuses a port beyond it with 409 OverQuota. The details say how many are in use."""
+    boot(os_conn, "first")
+    in_use = len(list(os_conn.network.ports()))
+    sandbox.call(lambda: sandbox.world.cloud.set_quota(ports=in_use))
+    servers_before = len(list(os_conn.compute.servers()))
+    with pytest.raises(openstack.exceptions.ForbiddenException) as caught:
+        boot(os_conn, "second")
+    assert caught.value.details == "Maximum number of ports exceeded"
+    assert len(list(os_conn.compute.servers())) == servers_before, "nothing was made"
+    network = next(iter(os_conn.network.networks()))
+    with pytest.raises(openstack.exceptions.ConflictException) as refused:
+        os_conn.network.create_port(network_id=network.id)
+    assert "Quota exceeded for resources: ['port']" in str(refused.value)
+    project = os_conn.current_project_id
+    assert project is not None
+    assert os_conn.network.get_quota(project, details=True).ports == {"limit": in_use, "used": in_use, "reserved": 0}
+    assert os_conn.network.get_quota(project).ports == in_use

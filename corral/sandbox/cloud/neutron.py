@@ -25,6 +25,7 @@ EXTENSIONS = (
     ("binding", "Port Binding"),
     ("external-net", "Neutron external network"),
     ("port-security", "Port Security"),
+    ("quota_details", "Quota details management support"),
     ("quotas", "Quota management support"),
     ("security-group", "security-group"),
     ("standard-attr-description", "standard-attr-description"),
@@ -251,6 +252,34 @@ def build_neutron_router(world: World) -> APIRouter:
     async def show_security_group(request: Request, group_id: str) -> Response:
         group = find(state.security_groups, group_id, "SecurityGroupNotFound", "Security group {} does not exist")
         return respond(request, {"security_group": security_group_body(state, group)})
+
+    def quota_of(project_id: str) -> dict[str, tuple[int, int]]:
+        """Each of Neutron's quotas as (limit, used); only ports are limited here unless a test says so."""
+        if project_id != state.project_id:
+            raise ApiError(403, "rule:get_quota is disallowed by policy", kind="PolicyNotAuthorized")
+        return {
+            "floatingip": (50, 0),
+            "network": (100, len(state.networks)),
+            "port": (state.quota["ports"], len(state.ports)),
+            "rbac_policy": (10, 0),
+            "router": (10, 0),
+            "security_group": (10, len(state.security_groups)),
+            "security_group_rule": (100, 0),
+            "subnet": (100, len(state.subnets)),
+            "subnetpool": (-1, 0),
+        }
+
+    @router.get("/quotas/{project_id}")
+    async def show_quota(request: Request, project_id: str) -> Response:
+        quota = {name: limit for name, (limit, _) in quota_of(project_id).items()}
+        return respond(request, {"quota": quota})
+
+    @router.get("/quotas/{project_id}/details")
+    async def show_quota_details(request: Request, project_id: str) -> Response:
+        quota = {
+            name: {"limit": limit, "used": used, "reserved": 0} for name, (limit, used) in quota_of(project_id).items()
+        }
+        return respond(request, {"quota": quota})
 
     @router.get("/ports")
     async def list_ports(request: Request) -> Response:

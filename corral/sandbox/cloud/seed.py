@@ -138,5 +138,5 @@ VOLUME_TYPES = {
 }
 DEFAULT_VOLUME_TYPE = "__DEFAULT__"
 
-DEFAULT_QUOTA = {"instances": -1, "cores": -1, "ram": -1, "volumes": -1, "gigabytes": -1}
+DEFAULT_QUOTA = {"instances": -1, "cores": -1, "ram": -1, "volumes": -1, "gigabytes": -1, "ports": -1}
 """Unlimited unless a test or benchmark sets limits: the sandbox must not be what caps a load test."""

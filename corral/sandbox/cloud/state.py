@@ -258,6 +258,18 @@ class CloudState:
                 f"Quota exceeded for {names}: Requested {requested}, but already used {used} of {limits} {names}",
             )
 
+    def ports_left(self) -> int | None:
+        """Ports the project may still create (None: unlimited)."""
+        limit = self.quota["ports"]
+        return None if limit < 0 else max(limit - len(self.ports), 0)
+
+    def check_port_quota_for_boot(self, needed: int) -> None:
+        """Nova asks Neutron's quota before accepting a boot that creates ports, and refuses with 403 when
+        they do not fit (`PortLimitExceeded`), before anything is created."""
+        left = self.ports_left()
+        if needed and left is not None and left < needed:
+            raise ApiError(403, "Maximum number of ports exceeded")
+
     def volume_quota_error(self, size: int) -> ApiError | None:
         """Cinder's 413 for a volume that would not fit the project's volume or gigabyte quota."""
         if self.quota["volumes"] >= 0 and self.used["volumes"] + 1 > self.quota["volumes"]:
@@ -280,6 +292,7 @@ class CloudState:
     def create_server(self, request: ServerRequest) -> Server:
         """Accept a boot: the server is BUILD at once and ACTIVE (or ERROR) after the boot delay."""
         self.check_nova_quota(request.flavor)
+        self.check_port_quota_for_boot(sum(1 for nic in request.nics if nic.port_id is None))
         moment = now()
         server = Server(
             id=str(uuid.uuid4()),
@@ -441,6 +454,9 @@ class CloudState:
         security_group_names: list[str] | None = None,
         name: str = "",
     ) -> Port:
+        left = self.ports_left()
+        if left is not None and left < 1:
+            raise ApiError(409, "Quota exceeded for resources: ['port'].", kind="OverQuota")
         network = self.networks[network_id]
         subnet = self.subnets[network.subnet_ids[0]]
         address = fixed_ip or self._allocate_ip(subnet)
