@@ -98,11 +98,7 @@ def explain(facts: WaitFacts) -> Wait | None:
     if pool is None:
         return Wait(WaitCode.POOL_REMOVED, f"its pool {job.pool} was removed from the configuration")
     if pool.intake == "scale_set":
-        return Wait(
-            WaitCode.SCALE_SET,
-            f"pool {job.pool} is a scale set: GitHub assigns its jobs to the scale set's idle runners, and the "
-            "pool keeps a free runner for each job assigned and not yet running",
-        )
+        return _scale_set_wait(job.pool)
     if facts.drained:
         return Wait(WaitCode.POOL_DRAINED, f"pool {job.pool} is drained: it starts no runner until undrained")
     own = _own_runner(facts)
@@ -114,7 +110,29 @@ def explain(facts: WaitFacts) -> Wait | None:
     return _limit(facts, pool) or _next_pass(facts)
 
 
+def _scale_set_of(job: Job, pools: Mapping[str, PoolConfig]) -> str | None:
+    """The scale-set pool a job asks for by name (`runs-on: <scale set name>`), if any: such a job has no pool
+    in the job table (GitHub routes it to the scale set), yet it is corral's to serve."""
+    asked = {label.lower() for label in job.labels} - IMPLICIT_LABELS
+    for name, pool in sorted(pools.items()):
+        names = {(pool.scale_set_name or name).lower()} | pool.label_set()
+        if pool.intake == "scale_set" and in_scope(pool.scope, job.repository) and asked and asked <= names:
+            return name
+    return None
+
+
+def _scale_set_wait(name: str) -> Wait:
+    return Wait(
+        WaitCode.SCALE_SET,
+        f"pool {name} is a scale set: GitHub assigns its jobs to the scale set's idle runners, and the pool "
+        "keeps a free runner for each job assigned and not yet running",
+    )
+
+
 def _no_pool(job: Job, pools: Mapping[str, PoolConfig]) -> Wait:
+    scale_set = _scale_set_of(job, pools)
+    if scale_set is not None:
+        return _scale_set_wait(scale_set)
     asked = sorted({label.lower() for label in job.labels} - IMPLICIT_LABELS)
     candidates = [
         (len(set(asked) - pool.label_set()), name, sorted(set(asked) - pool.label_set()))

@@ -209,3 +209,12 @@ def test_what_only_corral_s_own_judgement_holds_back_is_explained(job: Job, code
         assert reason is None
     else:
         assert reason is not None and reason.code is code and words in reason.sentence
+
+
+def test_a_job_for_a_scale_set_is_said_to_wait_for_the_scale_set_not_for_a_pool() -> None:
+    """Such a job's webhook records it without a pool (GitHub routes it to the scale set by name)."""
+    pools = {"small": pool_of(), "ci": pool_of(labels=["ci"], intake="scale_set")}
+    reason = explain(WaitFacts(job=queued(pool=None, labels=("ci",)), now=NOW, pools=pools, tuning=TUNING))
+    assert reason is not None and reason.code is WaitCode.SCALE_SET and "pool ci is a scale set" in reason.sentence
+    unmatched = explain(WaitFacts(job=queued(pool=None, labels=("gpu",)), now=NOW, pools=pools, tuning=TUNING))
+    assert unmatched is not None and unmatched.code is WaitCode.NO_POOL and "pool small" in unmatched.sentence

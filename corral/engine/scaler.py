@@ -39,6 +39,11 @@ ENDED_BY_GITHUB = {
 }
 
 
+def covered_jobs(current: list[Runner]) -> set[int]:
+    """Jobs a runner started for them can still take (it is starting or idle)."""
+    return {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+
+
 class ScaleSetNews(Protocol):
     """What a scale-set pool's listener heard from GitHub (`engine.scalesets.ScaleSetIntake`)."""
 
@@ -224,7 +229,7 @@ class Scaler:
         repository (`policy.cap_per_repository`), read a page at a time until `needed` of them count as demand
         or none are left (then the third value is True: every queued job was read)."""
         cap = self._config().pools[name].max_runners_per_repo
-        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+        covered = covered_jobs(current)
         holdings = Counter(
             runner.scope.removeprefix("repo:")
             for runner in current
@@ -274,7 +279,7 @@ class Scaler:
         With `max_runners_per_repo`, no more than `warm` runners are started for no job: each would register
         at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
         pool = self._config().pools[name]
-        covered = {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+        covered = covered_jobs(current)
         uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
         for_jobs = (uncovered + [None] * count)[:count]
         if pool.max_runners_per_repo is not None and warm is not None:
