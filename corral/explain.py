@@ -92,25 +92,27 @@ def explain(facts: WaitFacts) -> Wait | None:
     job = facts.job
     if job.status is not JobState.QUEUED:
         return None
-    if job.pool is None:
+    name = job.pool or scale_set_of(job, facts.pools)
+    if name is None:
         return _no_pool(job, facts.pools)
-    pool = facts.pools.get(job.pool)
+    pool = facts.pools.get(name)
     if pool is None:
-        return Wait(WaitCode.POOL_REMOVED, f"its pool {job.pool} was removed from the configuration")
-    if pool.intake == "scale_set":
-        return _scale_set_wait(job.pool)
+        return Wait(WaitCode.POOL_REMOVED, f"its pool {name} was removed from the configuration")
     if facts.drained:
-        return Wait(WaitCode.POOL_DRAINED, f"pool {job.pool} is drained: it starts no runner until undrained")
+        return Wait(WaitCode.POOL_DRAINED, f"pool {name} is drained: it starts no runner until undrained")
+    if pool.intake == "scale_set":
+        # No runner is the job's own, and GitHub, not corral, judges demand: only the pool's limits apply.
+        return _limit(facts, name, pool) or _scale_set_wait(name)
     own = _own_runner(facts)
     if own is not None:
         return own
     demand = _demand(facts)
     if demand is not None:
         return demand
-    return _limit(facts, pool) or _next_pass(facts)
+    return _limit(facts, name, pool) or _next_pass(facts)
 
 
-def _scale_set_of(job: Job, pools: Mapping[str, PoolConfig]) -> str | None:
+def scale_set_of(job: Job, pools: Mapping[str, PoolConfig]) -> str | None:
     """The scale-set pool a job asks for by name (`runs-on: <scale set name>`), if any: such a job has no pool
     in the job table (GitHub routes it to the scale set), yet it is corral's to serve."""
     asked = {label.lower() for label in job.labels} - IMPLICIT_LABELS
@@ -130,9 +132,6 @@ def _scale_set_wait(name: str) -> Wait:
 
 
 def _no_pool(job: Job, pools: Mapping[str, PoolConfig]) -> Wait:
-    scale_set = _scale_set_of(job, pools)
-    if scale_set is not None:
-        return _scale_set_wait(scale_set)
     asked = sorted({label.lower() for label in job.labels} - IMPLICIT_LABELS)
     candidates = [
         (len(set(asked) - pool.label_set()), name, sorted(set(asked) - pool.label_set()))
@@ -206,21 +205,21 @@ def _demand(facts: WaitFacts) -> Wait | None:
     )
 
 
-def _limit(facts: WaitFacts, pool: PoolConfig) -> Wait | None:
+def _limit(facts: WaitFacts, name: str, pool: PoolConfig) -> Wait | None:
     job = facts.job
     if not facts.ready:
-        return Wait(WaitCode.POOL_NOT_READY, f"pool {job.pool} is not ready: {facts.not_ready_reason or 'unknown'}")
+        return Wait(WaitCode.POOL_NOT_READY, f"pool {name} is not ready: {facts.not_ready_reason or 'unknown'}")
     cap = pool.max_runners_per_repo
     if cap is not None and facts.repository_runners >= cap:
         return Wait(
             WaitCode.REPOSITORY_CAP,
-            f"repository {job.repository} holds {facts.repository_runners} of pool {job.pool}'s runners, its "
+            f"repository {job.repository} holds {facts.repository_runners} of pool {name}'s runners, its "
             f"cap (max_runners_per_repo {cap})",
         )
     if facts.pool_runners >= pool.max_runners:
         return Wait(
             WaitCode.POOL_FULL,
-            f"pool {job.pool} is at max_runners ({pool.max_runners}); a runner starts when one finishes",
+            f"pool {name} is at max_runners ({pool.max_runners}); a runner starts when one finishes",
         )
     paused = facts.github_paused_until
     if paused is not None and paused > facts.now:
@@ -234,14 +233,13 @@ def _limit(facts: WaitFacts, pool: PoolConfig) -> Wait | None:
         error = f": {facts.last_error}" if facts.last_error else ""
         return Wait(
             WaitCode.CLOUD_BACKOFF,
-            f"pool {job.pool} backs off after failed creates until {backoff:%H:%M:%S} UTC{error}",
+            f"pool {name} backs off after failed creates until {backoff:%H:%M:%S} UTC{error}",
             until=backoff,
         )
     if facts.quota_short:
         return Wait(
             WaitCode.QUOTA,
-            f"the project's quota has no room for another of pool {job.pool}'s servers "
-            f"({', '.join(facts.quota_short)})",
+            f"the project's quota has no room for another of pool {name}'s servers ({', '.join(facts.quota_short)})",
         )
     return None
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from bench.support import CorralProcess, free_port
+from corral.cli import main
 from corral.files import write_private
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.metrics import REGISTRY
@@ -353,3 +354,53 @@ def test_two_hundred_jobs_over_a_webhook_pool_and_a_scale_set_pool(
         assert started["small"] + started["ci"] <= 204, f"runners per job at most 1.02: {started} for 200 jobs"
     with corral.api() as api:
         wait_until(lambda: api.get("/api/v1/runners").json() == [], what="corral's own view agrees: no live runner")
+
+
+def test_a_scale_set_job_has_a_story_a_blocking_reason_and_its_usage(
+    control: httpx.Client, start_corral: StartCorral, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Told from the listener's messages: GitHub's scale-set messages name a job by its runner request."""
+    corral = start_two_pools(control, start_corral, max_runners=1)
+    wait_until(lambda: listening(corral), timeout=20, what="the ci pool listening on its scale set")
+    first = queue(control, ["ci"], duration=120)
+    wait_until(lambda: control.get(f"/jobs/{first}").json()["status"] == "in_progress", timeout=30, what="busy")
+    second = queue(control, ["ci"])
+    run_id = control.get(f"/jobs/{second}").json()["run_id"]
+
+    def story() -> dict[str, Any] | None:
+        with corral.api() as api:
+            rows = api.get("/api/v1/scale-set-jobs", params={"run_id": run_id}).json()
+            if not rows:
+                return None
+            told: dict[str, Any] = api.get(f"/api/v1/scale-set-jobs/{rows[0]['id']}").json()
+            return told
+
+    def waiting_for() -> str | None:
+        # GitHub assigns no job beyond the scale set's capacity: until then only the webhook's row knows it.
+        with corral.api() as api:
+            answer = api.get(f"/api/v1/jobs/{second}")
+        waiting = answer.json().get("waiting") if answer.status_code == 200 else None
+        return waiting["sentence"] if waiting and waiting["code"] == "pool_full" else None
+
+    sentence = wait_until(waiting_for, timeout=30, what="the second job reported waiting for the pool's one runner")
+    assert "pool ci is at max_runners (1)" in sentence
+    control.post(f"/jobs/{first}/cancel").raise_for_status()
+    wait_until(lambda: completed(control, [second]), timeout=60, what="the second job served")
+    wait_until(lambda: (story() or {}).get("status") == "completed", timeout=30, what="corral heard it completed")
+    told = story()
+    assert told is not None and told["waiting"] is None and told["pool"] == "ci"
+    events = [entry["event"] for entry in told["timeline"]]
+    assert {"received", "matched", "started", "completed", "runner_busy"} <= set(events), events
+    received = next(entry for entry in told["timeline"] if entry["event"] == "received")
+    assert received["detail"].startswith("scale-set message Job")
+    assert events.index("started") < events.index("completed")
+    assert told["workflow"] and told["workflow"].endswith(".yml")
+
+    url = f"https://github.com/{ORG}/app/actions/runs/{run_id}"
+    assert main(["why", url, "--url", corral.url, "--token", corral.token]) == 0
+    assert f"scale-set job request {told['id']} of {ORG}/app [ci]: completed, ci" in capsys.readouterr().out
+    with corral.api() as api:
+        usage = api.get("/api/v1/usage", params={"group_by": "pool,repository"}).json()["rows"]
+    ci = [row for row in usage if row["pool"] == "ci"]
+    assert [row["repository"] for row in ci if row["jobs"]] == [f"{ORG}/app"]
+    assert sum(row["jobs"] for row in ci) == 2, "both scale-set jobs started"

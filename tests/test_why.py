@@ -153,7 +153,7 @@ def test_why_refuses_what_is_not_a_job_and_answers_404_for_an_unknown_one(
     corral = start_corral({"small": pool_spec(["small"])}, default_pool="small")
     with pytest.raises(SystemExit, match="neither a job id nor a GitHub Actions job or run URL"):
         main(["why", "https://github.com/octo-org/app/pulls/3", "--url", corral.url, "--token", corral.token])
-    with pytest.raises(SystemExit, match="HTTP 404: no job 999 is known to corral"):
+    with pytest.raises(SystemExit, match=r"no job 999 is known to corral; for a scale-set pool.s job"):
         main(["why", "999", "--url", corral.url, "--token", corral.token])
     with corral.api() as api:
         assert api.get("/api/v1/jobs/0").status_code == 422

@@ -42,6 +42,7 @@ from corral.model import JobState, RunnerState
 from corral.service import Service
 from corral.store import jobs as store_jobs
 from corral.store import runners as store_runners
+from corral.store import scaleset_jobs as store_scaleset_jobs
 from corral.store import usage as store_usage
 from corral.usage import DIMENSIONS, Dimension, account
 
@@ -148,6 +149,27 @@ def build_app(service: Service) -> FastAPI:
         story = await job_story(service.engine, job_id)
         if story is None:
             raise HTTPException(status_code=404, detail=f"no job {job_id} is known to corral")
+        return JobStoryView.of_story(story)
+
+    @app.get("/api/v1/scale-set-jobs", tags=["jobs"], dependencies=read)
+    async def scale_set_jobs(
+        status: JobState | None = None,
+        pool: PoolFilter = None,
+        run_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="the jobs of one workflow run")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_JOBS, description="the newest jobs first, at most this many")] = 200,
+    ) -> list[JobView]:
+        """Jobs of scale-set pools, as their listeners heard of them; `id` is GitHub's runner request id."""
+        listed = await service.store.run(
+            store_scaleset_jobs.listing, status=status, pool=pool, run_id=run_id, limit=limit
+        )
+        return [JobView.of(job) for job in listed]
+
+    @app.get("/api/v1/scale-set-jobs/{request_id}", tags=["jobs"], dependencies=read)
+    async def scale_set_job(request_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> JobStoryView:
+        """One scale-set job (by runner request id) with its timeline and, while it waits, what holds it."""
+        story = await job_story(service.engine, request_id, scale_set=True)
+        if story is None:
+            raise HTTPException(status_code=404, detail=f"no scale-set job request {request_id} is known to corral")
         return JobStoryView.of_story(story)
 
     @app.get("/api/v1/usage", tags=["usage"], dependencies=read)

@@ -45,7 +45,7 @@ from corral.github.scaleset import (
 )
 from corral.metrics import SCALE_SET_MESSAGES, SCALE_SET_POLLS, SCALE_SET_RECOVERIES
 from corral.model import CAPACITY_STATES, Reason
-from corral.store import Store, pools, runners
+from corral.store import Store, pools, runners, scaleset_jobs
 
 logger = logging.getLogger("corral.scalesets")
 
@@ -303,6 +303,8 @@ class ScaleSetListener:
         if available:
             await self._service.acquire_jobs(session, available)
         self._take(message.statistics)
+        # Last: the jobs' rows are for their story and usage; scaling must not wait on them.
+        await self._store.run(scaleset_jobs.record, self.pool, message.jobs)
 
     def _recovered(self, kind: str) -> None:
         SCALE_SET_RECOVERIES.labels(kind).inc()

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from corral.clock import utcnow
 from corral.cloud.quota import servers_that_fit
 from corral.engine.coordinator import Engine
-from corral.explain import Tuning, Wait, WaitFacts, explain
-from corral.model import FREE_STATES, Job, Runner, RunnerEvent, RunnerState
+from corral.explain import Tuning, Wait, WaitFacts, explain, scale_set_of
+from corral.model import FREE_STATES, Job, JobState, Runner, RunnerEvent, RunnerState
 from corral.store import stories
 
 RUNNER_STEPS = {
@@ -67,7 +67,7 @@ def timeline(job: Job, runners: list[Runner], events: list[RunnerEvent]) -> list
             server=f" ({runner.server_id})" if runner.server_id else "",
             message=f": {event.message}" if event.message else "",
         )
-        if runner.job_id != job.id:
+        if runner.job_id is not None and runner.job_id != job.id:
             detail += " (started for another job; it ran this one)"
         entries.append(TimelineEntry(event.at, name, detail, runner.name))
     if job.started_at is not None:
@@ -82,20 +82,28 @@ def _received(source: str | None) -> str:
         return "recorded"
     if source.startswith("webhook:"):
         return f"webhook delivery {source.removeprefix('webhook:')}"
+    if source.startswith("scale_set:"):
+        return f"scale-set message {source.removeprefix('scale_set:')}"
     return {"webhook": "webhook (no delivery id)", "poll": "found by polling GitHub's queued runs"}.get(source, source)
 
 
-async def job_story(engine: Engine, job_id: int) -> JobStory | None:
-    record = await engine.store.run(stories.job_record, job_id)
+async def job_story(engine: Engine, job_id: int, *, scale_set: bool = False) -> JobStory | None:
+    """The story of a job (`scale_set`: of a scale-set job, by its runner request id); None if unknown."""
+    record = await engine.store.run(stories.job_record, job_id, scale_set=scale_set)
     if record is None:
         return None
     job = record.job
     steps = timeline(job, record.runners, record.events)
-    facts = _facts(engine, job, record.runners, record.pool or stories.PoolFacts())
-    return JobStory(job, steps, explain(facts))
+    if job.status is not JobState.QUEUED:
+        return JobStory(job, steps, None)
+    name = job.pool or scale_set_of(job, engine.config.pools)
+    pool_facts = await engine.store.run(stories.pool_facts, job, name) if name else stories.PoolFacts()
+    return JobStory(job, steps, explain(_facts(engine, job, name, record.runners, pool_facts)))
 
 
-def _facts(engine: Engine, job: Job, runners: list[Runner], pool_facts: stories.PoolFacts) -> WaitFacts:
+def _facts(
+    engine: Engine, job: Job, name: str | None, runners: list[Runner], pool_facts: stories.PoolFacts
+) -> WaitFacts:
     config = engine.config
     now = utcnow()
     tuning = Tuning(
@@ -105,7 +113,6 @@ def _facts(engine: Engine, job: Job, runners: list[Runner], pool_facts: stories.
         busy_covers_job=timedelta(seconds=config.tuning.busy_covers_job),
         confirm_after=timedelta(seconds=config.tuning.confirm_after),
     )
-    name = job.pool
     pool = config.pools.get(name) if name else None
     if name is None or pool is None:
         return WaitFacts(job=job, now=now, pools=config.pools, tuning=tuning)

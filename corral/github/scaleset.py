@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -124,6 +125,22 @@ class JobMessage:
     runner_id: int | None = None
     runner_name: str | None = None
     result: str | None = None
+    workflow_ref: str | None = None
+    """`owner/repo/.github/workflows/ci.yml@refs/heads/main`."""
+    display_name: str | None = None
+    queue_time: datetime | None = None
+
+    @property
+    def full_repository(self) -> str:
+        return f"{self.owner}/{self.repository}"
+
+    @property
+    def workflow(self) -> str | None:
+        """The workflow's file, from `jobWorkflowRef` (the messages carry no workflow name)."""
+        if not self.workflow_ref:
+            return None
+        path = self.workflow_ref.split("@", 1)[0]
+        return path.rsplit("/", 1)[-1] or None
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> JobMessage:
@@ -139,7 +156,28 @@ class JobMessage:
             runner_id=int(runner_id) if runner_id else None,
             runner_name=data.get("runnerName") or None,
             result=data.get("result") or None,
+            workflow_ref=_text(data.get("jobWorkflowRef")),
+            display_name=_text(data.get("jobDisplayName")),
+            queue_time=_moment(data.get("queueTime")),
         )
+
+
+def _text(value: object, limit: int = 256) -> str | None:
+    """A free-text field as GitHub sent it, kept to what the store holds."""
+    return value[:limit] if isinstance(value, str) and value else None
+
+
+def _moment(value: object) -> datetime | None:
+    """A message's timestamp; None for GitHub's "no time" (`0001-01-01T00:00:00Z`) or anything unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None or moment.year < 2000:
+        return None
+    return moment.astimezone(UTC)
 
 
 @dataclass(frozen=True)

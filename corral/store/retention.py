@@ -1,4 +1,5 @@
-"""Forgetting history: deleted runners (with their events), old jobs, webhook deliveries and redelivery requests.
+"""Forgetting history: deleted runners (with their events), old jobs (scale-set jobs too), webhook deliveries and
+redelivery requests.
 
 Pruned in small batches, each its own short transaction, so pruning a backlog of weeks never holds a lock
 long enough to delay the engine or the webhook.
@@ -11,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select
 
 from corral.model import RunnerState
-from corral.store.schema import DELIVERIES, JOBS, RUNNERS
+from corral.store.schema import DELIVERIES, JOBS, RUNNERS, SCALE_SET_JOBS
 from corral.store.schema import REDELIVERY_REQUESTS as REDELIVERIES
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
@@ -32,6 +33,15 @@ def prune_batch(connection: Connection, *, older_than: datetime, batch: int) -> 
     job_ids = list(connection.execute(select(JOBS.c.id).where(JOBS.c.received_at < older_than).limit(batch)).scalars())
     if job_ids:
         deleted += connection.execute(delete(JOBS).where(JOBS.c.id.in_(job_ids))).rowcount
+    request_ids = list(
+        connection.execute(
+            select(SCALE_SET_JOBS.c.request_id).where(SCALE_SET_JOBS.c.received_at < older_than).limit(batch)
+        ).scalars()
+    )
+    if request_ids:
+        deleted += connection.execute(
+            delete(SCALE_SET_JOBS).where(SCALE_SET_JOBS.c.request_id.in_(request_ids))
+        ).rowcount
     delivery_ids = list(
         connection.execute(select(DELIVERIES.c.id).where(DELIVERIES.c.received_at < older_than).limit(batch)).scalars()
     )

@@ -130,6 +130,33 @@ class Job(Base):
     """When GitHub was last asked whether this job is still queued."""
 
 
+class ScaleSetJob(Base):
+    """A scale-set pool's job, as its listener heard of it. GitHub's messages name a job by its runner request
+    (and a GUID), not by the REST job id the `jobs` table is keyed by, so these live apart."""
+
+    __tablename__ = "scale_set_jobs"
+
+    request_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    """`runnerRequestId`: one per job attempt GitHub asks a runner for."""
+    pool: Mapped[str] = mapped_column(String(64), index=True)
+    repository: Mapped[str] = mapped_column(String(256))
+    workflow: Mapped[str | None] = mapped_column(String(MAX_WORKFLOW_NAME))
+    display_name: Mapped[str | None] = mapped_column(String(256))
+    job_guid: Mapped[str | None] = mapped_column(String(64))
+    run_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    labels: Mapped[list[str]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16))
+    """A `corral.model.JobState`: queued (available or assigned), in_progress (started), completed."""
+    conclusion: Mapped[str | None] = mapped_column(String(32))
+    runner_name: Mapped[str | None] = mapped_column(String(128), index=True)
+    queued_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None] = mapped_column(index=True)
+    completed_at: Mapped[datetime | None]
+    received_at: Mapped[datetime] = mapped_column(index=True)
+    source: Mapped[str | None] = mapped_column(String(80))
+    """The first message kind corral heard of it by (`JobAvailable`, `JobAssigned`...)."""
+
+
 class Delivery(Base):
     """Webhook deliveries already recorded, so a redelivery or a retry is recognised and ignored."""
 
@@ -227,6 +254,7 @@ RUNNERS = cast(Table, Runner.__table__)
 RUNNER_EVENTS = cast(Table, RunnerEvent.__table__)
 JOBS = cast(Table, Job.__table__)
 DELIVERIES = cast(Table, Delivery.__table__)
+SCALE_SET_JOBS = cast(Table, ScaleSetJob.__table__)
 POOL_STATUS = cast(Table, PoolStatus.__table__)
 REDELIVERY_REQUESTS = cast(Table, RedeliveryRequest.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, and_, func, or_, select, tuple_
 
 from corral.model import Job, JobState, PoolStatus, Runner, RunnerEvent, RunnerState
-from corral.store import jobs, pools
+from corral.store import jobs, pools, scaleset_jobs
 from corral.store.runners import CAPACITY, COLUMNS, to_event, to_runner
 from corral.store.schema import JOBS, RUNNERS
 from corral.store.schema import RUNNER_EVENTS as EVENTS
@@ -34,16 +34,16 @@ class JobRecord:
     runners: list[Runner] = field(default_factory=list)
     """Started for the job, or the one that ran it; oldest first."""
     events: list[RunnerEvent] = field(default_factory=list)
-    pool: PoolFacts | None = None
-    """Only while the job is queued and matched."""
 
 
-def job_record(connection: Connection, job_id: int) -> JobRecord | None:
-    job = jobs.get(connection, job_id)
+def job_record(connection: Connection, job_id: int, *, scale_set: bool = False) -> JobRecord | None:
+    """A job (`scale_set`: a scale-set job, by runner request id) with its runners and their events."""
+    job = scaleset_jobs.get(connection, job_id) if scale_set else jobs.get(connection, job_id)
     if job is None:
         return None
-    mine = RUNNERS.c.job_id == job_id
-    if job.runner_name:
+    # A scale-set job's runner is whichever idle one GitHub handed it: only its name links them.
+    mine = RUNNERS.c.name == job.runner_name if scale_set else RUNNERS.c.job_id == job_id
+    if job.runner_name and not scale_set:
         mine = or_(mine, RUNNERS.c.name == job.runner_name)
     runners = [
         to_runner(row) for row in connection.execute(select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at))
@@ -54,18 +54,17 @@ def job_record(connection: Connection, job_id: int) -> JobRecord | None:
             EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at
         ).where(EVENTS.c.runner_id.in_([runner.id for runner in runners]))
         events = [to_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
-    facts = _pool_facts(connection, job) if job.status is JobState.QUEUED and job.pool is not None else None
-    return JobRecord(job, runners, events, facts)
+    return JobRecord(job, runners, events)
 
 
-def _pool_facts(connection: Connection, job: Job) -> PoolFacts:
-    assert job.pool is not None
-    in_pool = and_(RUNNERS.c.pool == job.pool, RUNNERS.c.state.in_(CAPACITY))
+def pool_facts(connection: Connection, job: Job, pool: str) -> PoolFacts:
+    """What of `pool` can hold a queued job back (the job's own pool, or the scale set it asks for)."""
+    in_pool = and_(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(CAPACITY))
     count = select(func.count()).select_from(RUNNERS)
     failed = (
         select(EVENTS.c.message)
         .select_from(EVENTS.join(RUNNERS, RUNNERS.c.id == EVENTS.c.runner_id))
-        .where(RUNNERS.c.pool == job.pool, EVENTS.c.to_state == RunnerState.FAILED.value)
+        .where(RUNNERS.c.pool == pool, EVENTS.c.to_state == RunnerState.FAILED.value)
         .order_by(EVENTS.c.id.desc())
         .limit(1)
     )
@@ -75,12 +74,12 @@ def _pool_facts(connection: Connection, job: Job) -> PoolFacts:
         .select_from(JOBS)
         .where(
             JOBS.c.status == JobState.QUEUED.value,
-            JOBS.c.pool == job.pool,
+            JOBS.c.pool == pool,
             tuple_(JOBS.c.queued_at, JOBS.c.id) < tuple_(queued_at, job.id),
         )
     )
     return PoolFacts(
-        status=pools.statuses(connection).get(job.pool),
+        status=pools.statuses(connection).get(pool),
         runners=int(connection.execute(count.where(in_pool)).scalar_one()),
         repository_runners=int(
             connection.execute(count.where(in_pool, RUNNERS.c.scope == f"repo:{job.repository}")).scalar_one()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy import Connection, and_, func, or_, select
 
 from corral.model import RunnerState
-from corral.store.schema import JOBS, RUNNERS
+from corral.store import scaleset_jobs
+from corral.store.schema import JOBS, RUNNERS, SCALE_SET_JOBS
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 from corral.usage import RunnerHistory, StartedJob
 
@@ -18,17 +19,18 @@ CHUNK = 500
 def histories(connection: Connection, *, since: datetime, until: datetime) -> list[RunnerHistory]:
     ran = JOBS.alias("ran")
     own = JOBS.alias("own")
+    scale_set = SCALE_SET_JOBS.alias("scale_set")
     query = (
         select(
             RUNNERS.c.id,
             RUNNERS.c.pool,
-            ran.c.repository,
-            ran.c.workflow,
-            own.c.repository,
-            own.c.workflow,
+            func.coalesce(ran.c.repository, scale_set.c.repository, own.c.repository),
+            func.coalesce(ran.c.workflow, scale_set.c.workflow, own.c.workflow),
         )
         .select_from(
-            RUNNERS.outerjoin(ran, ran.c.runner_name == RUNNERS.c.name).outerjoin(own, own.c.id == RUNNERS.c.job_id)
+            RUNNERS.outerjoin(ran, ran.c.runner_name == RUNNERS.c.name)
+            .outerjoin(scale_set, scale_set.c.runner_name == RUNNERS.c.name)
+            .outerjoin(own, own.c.id == RUNNERS.c.job_id)
         )
         .where(
             RUNNERS.c.created_at < until,
@@ -47,13 +49,15 @@ def histories(connection: Connection, *, since: datetime, until: datetime) -> li
         for runner_id, state, at in connection.execute(events):
             moves[runner_id].append((RunnerState(state), at))
     return [
-        RunnerHistory(pool=row[1], repository=row[2] or row[4], workflow=row[3] or row[5], moves=moves[runner_id])
+        RunnerHistory(pool=row[1], repository=row[2], workflow=row[3], moves=moves[runner_id])
         for runner_id, row in found.items()
     ]
 
 
 def started_jobs(connection: Connection, *, since: datetime, until: datetime) -> list[StartedJob]:
+    """Jobs that started in the window: webhook pools' (by the pool they matched) and scale-set pools'."""
     query = select(JOBS.c.pool, JOBS.c.repository, JOBS.c.workflow, JOBS.c.queued_at, JOBS.c.started_at).where(
-        JOBS.c.started_at >= since, JOBS.c.started_at < until
+        JOBS.c.started_at >= since, JOBS.c.started_at < until, JOBS.c.pool.is_not(None)
     )
-    return [StartedJob(*row) for row in connection.execute(query)]
+    rows = list(connection.execute(query)) + scaleset_jobs.started_between(connection, since=since, until=until)
+    return [StartedJob(*row) for row in rows]
