@@ -4,10 +4,10 @@ served beside it, in order of queue time."""
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
 import httpx
 
+from bench.fair_share import most_at_once
 from corral.local import pool_spec
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
@@ -18,16 +18,6 @@ CAP = 3
 MATRIX_JOBS = 40
 OTHER_JOBS = 8
 JOB_S = 1.0
-
-
-def most_at_once(jobs: list[dict[str, Any]]) -> int:
-    """The most of these jobs that ran at the same moment."""
-    edges = sorted([(job["started_at_s"], 1) for job in jobs] + [(job["completed_at_s"], -1) for job in jobs])
-    running, most = 0, 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most
 
 
 def test_a_repository_matrix_holds_at_most_its_cap_and_others_are_served_beside_it(

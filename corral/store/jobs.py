@@ -68,7 +68,8 @@ def to_job(row: Any) -> Job:
     )
 
 
-def _rank(status: Any) -> Any:
+def state_rank(status: Any) -> Any:
+    """A status column's `JobState.rank`, in SQL: what keeps a job from moving backwards."""
     return case(
         (status == JobState.QUEUED.value, JobState.QUEUED.rank),
         (status == JobState.IN_PROGRESS.value, JobState.IN_PROGRESS.rank),
@@ -120,7 +121,7 @@ def _upsert_statement(dialect_name: str) -> Any:
             # How corral first heard of the job stays; `received_at` likewise (not in the update at all).
             "source": func.coalesce(JOBS.c.source, excluded.source),
         },
-        where=_rank(excluded.status) >= _rank(JOBS.c.status),
+        where=state_rank(excluded.status) >= state_rank(JOBS.c.status),
     )
 
 
@@ -321,7 +322,9 @@ def checked(
         forward["runner_name"] = runner_name
     if completed_at is not None:
         forward["completed_at"] = completed_at
-    connection.execute(update(JOBS).where(JOBS.c.id == job_id, _rank(JOBS.c.status) < status.rank).values(**forward))
+    connection.execute(
+        update(JOBS).where(JOBS.c.id == job_id, state_rank(JOBS.c.status) < status.rank).values(**forward)
+    )
 
 
 def recent_repositories(connection: Connection, *, since: datetime) -> list[str]:

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral.clock import utcnow
 from corral.github.scaleset import JobMessage
 from corral.model import Job, JobState
+from corral.store.jobs import state_rank
 from corral.store.schema import SCALE_SET_JOBS as JOBS
 
 STATE_OF_KIND = {
@@ -65,14 +66,6 @@ def to_job(row: Any) -> Job:
     )
 
 
-def _rank(status: Any) -> Any:
-    return case(
-        (status == JobState.QUEUED.value, JobState.QUEUED.rank),
-        (status == JobState.IN_PROGRESS.value, JobState.IN_PROGRESS.rank),
-        else_=JobState.COMPLETED.rank,
-    )
-
-
 @functools.cache
 def _upsert_statement(dialect_name: str) -> Any:
     dialect = postgresql if dialect_name == "postgresql" else sqlite
@@ -84,7 +77,7 @@ def _upsert_statement(dialect_name: str) -> Any:
             "status": excluded.status,
             **{key: func.coalesce(excluded[key], JOBS.c[key]) for key in KEEP_IF_NULL},
         },
-        where=_rank(excluded.status) >= _rank(JOBS.c.status),
+        where=state_rank(excluded.status) >= state_rank(JOBS.c.status),
     )
 
 
