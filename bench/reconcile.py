@@ -3,8 +3,8 @@
 The sandbox runs as its own process (`corral sandbox`), so the CPU time measured here is corral's alone.
 For each scenario corral is started with P pools whose warm runners add up to R, brought to steady state
 (every runner idle), and then one full pass is run and measured. Cloud and GitHub calls should not grow
-with the number of runners beyond pagination (1 server listing and 1 quota reading per pass, 2 with
-volumes; 1 runner listing per scope).
+with the number of runners beyond pagination (1 server listing and 2 quota readings per pass, Nova's and
+Neutron's, 3 with volumes; 1 runner listing per scope).
 Figures are printed, never asserted.
 
     .venv/bin/python bench/reconcile.py [--scenarios 1x10,10x10,100x100,10x1000,100x5000]

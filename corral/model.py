@@ -91,6 +91,8 @@ class Reason(StrEnum):
     """Started to keep `min_idle` runners waiting."""
     CREATE_REQUESTED = "create_requested"
     SERVER_CREATED = "server_created"
+    SERVER_ACTIVE = "server_active"
+    """Its server was seen ACTIVE while the runner booted: a step within `booting`, recorded, not a move."""
     SERVER_FOUND = "server_found"
     """Its server exists though corral had not recorded it (a restart between asking and hearing back)."""
     CAME_ONLINE = "came_online"

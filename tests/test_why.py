@@ -123,17 +123,27 @@ def test_a_spent_github_rate_limit_says_until_when(
 def test_a_booting_runner_is_named_then_the_timeline_tells_the_whole_way(
     sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    control.put("/timings", json={"boot_delay": 3.0}).raise_for_status()
+    # The server is ACTIVE after a second; its runner comes online three seconds later.
+    control.put("/timings", json={"boot_delay": 1.0, "register_delay": 3.0}).raise_for_status()
     corral = start_corral({"small": pool_spec(["small"])}, default_pool="small")
     job_id = queue_job(control, ["small"])
     sentence = blocked_by(corral, job_id, WaitCode.RUNNER_BOOTING)
     assert "waiting for its runner corral-small-" in sentence
+
+    def booting_on_an_active_server() -> bool:
+        reason = waiting(corral, job_id)
+        return reason is not None and "server ACTIVE" in reason["sentence"]
+
+    converge(corral, booting_on_an_active_server, "the runner booting in an ACTIVE server")
     wait_until(lambda: completed(control, job_id), timeout=30, what="the job served")
     converge(corral, lambda: story(corral, job_id)["status"] == "completed", "corral knows it completed")
     told = story(corral, job_id)
     assert told["waiting"] is None
     events = [entry["event"] for entry in told["timeline"]]
-    expected = ["received", "matched", "runner_requested", "create_requested", "server_created", "started"]
+    expected = [
+        *("received", "matched", "runner_requested", "create_requested", "server_created", "server_active"),
+        "started",
+    ]
     assert [event for event in events if event in expected] == expected, events
     assert events[-1] in ("completed", "runner_deleted", "runner_deleting", "runner_finished")
     received = next(entry for entry in told["timeline"] if entry["event"] == "received")

@@ -24,6 +24,8 @@ MAX_STEPS_PER_PASS = 4
 """Transitions one runner may make in one pass (booting -> idle -> busy -> finished, say), each recorded."""
 DEFAULT_BOOTSTRAP_TIMEOUT_S = 600.0
 """For runners of a pool removed from the configuration, whose own timeout is gone with it."""
+MAX_NOTED_ACTIVE = 10_000
+"""Runners the judge remembers having noted ACTIVE; the store also refuses a second note."""
 BOOT_FAILURES = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED, Reason.BOOTSTRAP_TIMEOUT})
 """Servers the cloud accepted that never became runners: each backs the pool off like a failed create."""
 
@@ -43,9 +45,12 @@ class RunnerJudge:
         self.supervisor = supervisor
         self.creator = creator
         self._ask_github = ask_github
+        self._noted_active: dict[str, None] = {}
+        """Runners whose ACTIVE server is already noted (insertion-ordered, the oldest forgotten first)."""
 
     async def judge(self, rows: list[RunnerAndJob], observation: Observation | None) -> list[Runner]:
         """Move every runner as far as what is known takes it, a step (one transaction) at a time."""
+        await self._note_active(rows, observation)
         by_id = {row.runner.id: row for row in rows}
         current = {row.runner.id: row.runner for row in rows}
         pending = list(current)
@@ -69,6 +74,25 @@ class RunnerJudge:
                     if transition.presumed_taken:
                         self._ask_github(self._config().tuning.confirm_after)
         return [runner for runner in current.values() if runner.state is not RunnerState.DELETED]
+
+    async def _note_active(self, rows: list[RunnerAndJob], observation: Observation | None) -> None:
+        """Booting runners whose server the look saw ACTIVE: noted once each (one write for them all)."""
+        if observation is None or observation.servers is None:
+            return
+        active = [
+            row.runner.id
+            for row in rows
+            if row.runner.state is RunnerState.BOOTING
+            and row.runner.id not in self._noted_active
+            and (server := observation.server_for(row.runner.id)) is not None
+            and server.status == "ACTIVE"
+        ]
+        if not active:
+            return
+        await self.mover.mark_active(active)
+        self._noted_active.update(dict.fromkeys(active))
+        while len(self._noted_active) > MAX_NOTED_ACTIVE:
+            self._noted_active.pop(next(iter(self._noted_active)))
 
     def _facts(self, runner: Runner, row: RunnerAndJob, observation: Observation | None) -> RunnerFacts:
         pool = self._config().pools.get(runner.pool)

@@ -14,7 +14,7 @@ from corral.clock import utcnow
 from corral.cloud.quota import servers_that_fit
 from corral.engine.coordinator import Engine
 from corral.explain import Tuning, Wait, WaitFacts, explain, scale_set_of
-from corral.model import FREE_STATES, Job, JobState, Runner, RunnerEvent, RunnerState
+from corral.model import FREE_STATES, Job, JobState, Reason, Runner, RunnerEvent, RunnerState
 from corral.store import stories
 
 RUNNER_STEPS = {
@@ -29,6 +29,7 @@ RUNNER_STEPS = {
     RunnerState.DELETED: ("runner_deleted", "runner {name} deleted"),
 }
 """Each runner move as a timeline step: its event name and what it says."""
+SERVER_ACTIVE = ("server_active", "runner {name}: server ACTIVE, the runner starting in it")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def timeline(job: Job, runners: list[Runner], events: list[RunnerEvent]) -> list
     by_id = {runner.id: runner for runner in runners}
     for event in events:
         runner = by_id[event.runner_id]
-        name, text = RUNNER_STEPS[event.to_state]
+        name, text = SERVER_ACTIVE if event.reason is Reason.SERVER_ACTIVE else RUNNER_STEPS[event.to_state]
         detail = text.format(
             name=runner.name,
             reason=event.reason.value,

@@ -81,6 +81,10 @@ class Mover:
             return None
         return await self.move(current, RunnerState.FAILED, reason, message)
 
+    async def mark_active(self, runner_ids: Sequence[str]) -> None:
+        """Booting runners whose servers were seen ACTIVE: a step in their history, not a move."""
+        await self._store.run(runners.mark_active, runner_ids)
+
     async def note(self, runner: Runner, reason: Reason, message: str) -> None:
         """Record on the runner something that went wrong without moving it (its state stays as it was)."""
         await self._store.run(runners.note, runner, reason, message)

@@ -264,6 +264,23 @@ def note(connection: Connection, runner: Runner, reason: Reason, message: str) -
     _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], utcnow())
 
 
+def mark_active(connection: Connection, runner_ids: Sequence[str]) -> None:
+    """Note, once each, that these booting runners' servers were seen ACTIVE: a step of their boot, for the
+    job timeline (the cloud's part of a slow boot, told apart from the guest's)."""
+    if not runner_ids:
+        return
+    noted = select(EVENTS.c.runner_id).where(
+        EVENTS.c.runner_id.in_(runner_ids), EVENTS.c.code == Reason.SERVER_ACTIVE.value
+    )
+    booting = select(RUNNERS.c.id).where(RUNNERS.c.id.in_(runner_ids), RUNNERS.c.state == RunnerState.BOOTING.value)
+    fresh = set(connection.execute(booting).scalars()) - set(connection.execute(noted).scalars())
+    if fresh:
+        booted = RunnerState.BOOTING
+        _add_events(
+            connection, [(runner_id, booted, booted, Reason.SERVER_ACTIVE, None) for runner_id in fresh], utcnow()
+        )
+
+
 def get(connection: Connection, runner_id: str) -> Runner | None:
     row = connection.execute(select(*COLUMNS).where(RUNNERS.c.id == runner_id)).first()
     return to_runner(row) if row else None
