@@ -1,5 +1,5 @@
-"""What one job's story is told from, read in one transaction: the job, the runners started for it or that ran
-it with their events, and, while it waits, its pool's counts that can hold it back (`engine.timeline`)."""
+"""What one job's story is told from (`engine.timeline`): the job, the runners started for it or that ran it
+with their events (one read), and, while it waits, its pool's counts that can hold it back (another)."""
 
 from __future__ import annotations
 
