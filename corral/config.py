@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -25,8 +27,10 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     SecretStr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -34,6 +38,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from corral import schedules as warm_schedules
 from corral import secrets
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
@@ -196,6 +201,65 @@ class SharedVolumeConfig(VolumeConfig):
     propagation: list[str] = Field(default_factory=lambda: ["all"], min_length=1)
 
 
+class IdleWindowConfig(StrictModel):
+    """A window of warm runners: opened at each time `cron` names, open for `duration`."""
+
+    cron: str
+    duration: Duration
+    min_idle: int = Field(ge=0)
+
+    @field_validator("cron")
+    @classmethod
+    def five_fields(cls, cron: str) -> str:
+        if not warm_schedules.valid_cron(cron):
+            raise ValueError(
+                f"{cron[:60]!r} is not a cron expression of five fields (minute hour day-of-month month "
+                "day-of-week), such as '0 8 * * 1-5' for 8 o'clock on weekdays"
+            )
+        return cron
+
+
+class IdleScheduleConfig(StrictModel):
+    """`min_idle` that follows the clock: `default`, raised to the largest `min_idle` of the windows open."""
+
+    default: int = Field(default=0, ge=0)
+    timezone: str = "UTC"
+    schedules: list[IdleWindowConfig] = Field(min_length=1, max_length=50)
+
+    @field_validator("timezone")
+    @classmethod
+    def known_zone(cls, timezone: str) -> str:
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{timezone[:60]!r} is not a time zone name, such as UTC or Europe/Berlin") from None
+        return timezone
+
+    @property
+    def peak(self) -> int:
+        return max([self.default, *(window.min_idle for window in self.schedules)])
+
+    def in_force(self, now: datetime) -> warm_schedules.InForce:
+        windows = [
+            warm_schedules.Window(window.cron, timedelta(seconds=window.duration), window.min_idle)
+            for window in self.schedules
+        ]
+        return warm_schedules.in_force(self.default, windows, self.timezone, now)
+
+
+def _warm_kind(value: object) -> str:
+    return "schedule" if isinstance(value, dict | IdleScheduleConfig) else "number"
+
+
+WarmRunners = Annotated[
+    Annotated[int, Field(ge=0), Tag("number")] | Annotated[IdleScheduleConfig, Tag("schedule")],
+    Discriminator(_warm_kind, custom_error_type="min_idle", custom_error_message="a number or a schedule"),
+]
+"""`min_idle`: a number, or a schedule; an error names only what was wrong with the form given."""
+WARM_RUNNER_TAGS = frozenset({"number", "schedule"})
+"""`WarmRunners`' tags, which pydantic puts in an error's location and `_format_location` leaves out."""
+
+
 class PoolConfig(StrictModel):
     """One named pool: what its servers look like, which jobs they serve, and how many there may be."""
 
@@ -212,7 +276,9 @@ class PoolConfig(StrictModel):
     boot_volume_type: str | None = None
     extra_volumes: list[VolumeConfig] = Field(default_factory=list)
     metadata: dict[str, str] = Field(default_factory=dict)
-    min_idle: int = Field(default=0, ge=0)
+    min_idle: WarmRunners = 0
+    """Warm runners kept idle: a number, or a schedule (`{default, timezone, schedules: [{cron, duration,
+    min_idle}]}`) that the passes follow."""
     max_runners: int = Field(default=10, ge=1)
     bootstrap_timeout: Wait = 600.0
     idle_grace: Wait = 60.0
@@ -240,10 +306,10 @@ class PoolConfig(StrictModel):
 
     @model_validator(mode="after")
     def warm_fits_max(self) -> PoolConfig:
-        if self.min_idle > self.max_runners:
+        if self.min_idle_peak > self.max_runners:
             raise ValueError(
-                f"min_idle ({self.min_idle}) is larger than max_runners ({self.max_runners}); "
-                "lower min_idle or raise max_runners"
+                f"min_idle ({self.min_idle_peak}{' at its peak' if self.scheduled else ''}) is larger than "
+                f"max_runners ({self.max_runners}); lower min_idle or raise max_runners"
             )
         names = [volume.name for volume in self.extra_volumes]
         if len(set(names)) != len(names):
@@ -259,6 +325,20 @@ class PoolConfig(StrictModel):
 
     def label_set(self) -> frozenset[str]:
         return frozenset(label.lower() for label in self.labels)
+
+    @property
+    def scheduled(self) -> bool:
+        return isinstance(self.min_idle, IdleScheduleConfig)
+
+    @property
+    def min_idle_peak(self) -> int:
+        return self.min_idle.peak if isinstance(self.min_idle, IdleScheduleConfig) else self.min_idle
+
+    def min_idle_at(self, now: datetime) -> warm_schedules.InForce:
+        """The `min_idle` in force at `now`, and its next change (a plain number never changes)."""
+        if isinstance(self.min_idle, IdleScheduleConfig):
+            return self.min_idle.in_force(now)
+        return warm_schedules.InForce(self.min_idle)
 
 
 class GitHubConfig(StrictModel):
@@ -540,7 +620,13 @@ class CorralConfig(StrictModel):
 
 
 def _format_location(location: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in location)
+    """`pools.small.min_idle`: dotted, without the union tag pydantic puts after `min_idle`."""
+    kept = [
+        part
+        for index, part in enumerate(location)
+        if not (index and location[index - 1] == "min_idle" and part in WARM_RUNNER_TAGS)
+    ]
+    return ".".join(str(part) for part in kept)
 
 
 def _format_error(error: Mapping[str, Any]) -> list[str]:

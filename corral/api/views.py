@@ -13,6 +13,7 @@ from corral.engine.scalesets import SessionState
 from corral.engine.timeline import JobStory
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
+from corral.schedules import InForce
 from corral.store.leases import LeaseRow, ReplicaRow
 from corral.usage import UsageRow
 
@@ -26,6 +27,11 @@ class PoolView(BaseModel):
     applied_generation: int
     desired: int
     min_idle: int
+    """Warm runners kept idle now (a schedule's value in force)."""
+    min_idle_next_change: datetime | None = None
+    """When a `min_idle` schedule changes it next (None: a plain number, or no change within a year)..."""
+    min_idle_next: int | None = None
+    """...and to what."""
     max_runners: int
     queued_jobs: int
     held_jobs: int
@@ -73,7 +79,8 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
         pool = config.pools.get(name)
         snapshot = remote.get(name) or engine.snapshot(name)
         states = snapshot.states
-        min_idle, max_runners = (pool.min_idle, pool.max_runners) if pool else (0, 0)
+        warm = pool.min_idle_at(engine.scaler.clock()) if pool else InForce(0)
+        min_idle, max_runners = (warm.min_idle, pool.max_runners) if pool else (0, 0)
         starting = states[RunnerState.PENDING] + states[RunnerState.CREATING] + states[RunnerState.BOOTING]
         counts = PoolCounts(
             starting=starting,
@@ -106,6 +113,8 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 applied_generation=engine.generation if name in engine.status.snapshots else 0,
                 desired=plan_scale(counts, min_idle=min_idle, max_runners=max_runners).desired,
                 min_idle=min_idle,
+                min_idle_next_change=warm.next_change,
+                min_idle_next=warm.next_min_idle,
                 max_runners=max_runners,
                 queued_jobs=snapshot.queued_jobs,
                 held_jobs=snapshot.held_jobs,

@@ -89,6 +89,7 @@ class Scaler:
         scale_sets: ScaleSetNews | None = None,
         quota: QuotaBudget | None = None,
         server_cost: Callable[[str], ServerCost | None] = lambda _: None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
         gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
@@ -107,6 +108,8 @@ class Scaler:
         self._scale_sets = scale_sets or NoScaleSets()
         self._quota = quota or QuotaBudget()
         self._server_cost = server_cost
+        self.clock = clock
+        """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
 
     async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
         """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
@@ -145,7 +148,8 @@ class Scaler:
         )
         # Pools of higher priority waiting for quota to serve queued jobs take this pool's warm runners' room.
         outranked = self._quota.outranked(name, pool.priority)
-        min_idle, max_runners = (0, 0) if drained else (max(pool.min_idle - outranked, 0), pool.max_runners)
+        warm = pool.min_idle_at(self.clock())
+        min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         requeue_after: float | None = None
         quota_short: list[str] = []
@@ -180,6 +184,10 @@ class Scaler:
             quota_short=tuple(quota_short),
         )
         await self.status.publish(snapshot, self._generation())
+        if warm.next_change is not None:
+            # Look again when the schedule changes what the pool keeps warm, not a period later.
+            change_in = max((warm.next_change - self.clock()).total_seconds(), 0.1)
+            requeue_after = change_in if requeue_after is None else min(requeue_after, change_in)
         return requeue_after
 
     def _retire_abandoned(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> Counter[RunnerState]:

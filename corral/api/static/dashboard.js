@@ -186,7 +186,9 @@
         el(
           "p",
           { class: "pool-foot" },
-          `${pool.queued_jobs} queued · min idle ${pool.min_idle} · max ${pool.max_runners}`,
+          `${pool.queued_jobs} queued · min idle ${pool.min_idle}` +
+            (pool.min_idle_next_change ? ` (${pool.min_idle_next} at ${clock(pool.min_idle_next_change)})` : "") +
+            ` · max ${pool.max_runners}`,
           pool.deleting ? ` · ${pool.deleting} deleting` : "",
           pool.held_by ? ` · held by ${pool.held_by}` : "",
           pool.quota_fits === null || pool.quota_fits === undefined
