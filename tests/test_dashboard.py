@@ -94,6 +94,7 @@ def test_summary_shows_pools_runners_jobs_and_waits(
     assert body["runners"]["idle"] >= 2 and set(body["runners"]) >= {"pending", "booting", "busy", "failed"}
     assert body["wait"]["samples"] == 1 and body["wait"]["median_s"] is not None
     assert body["default_pool"] == "small" and body["generation"] == 1
+    assert body["quota_headroom"] == {}, "the sandbox's quota is unlimited"
 
     with corral.api() as api:
         api.post("/api/v1/pools/gpu/drain").raise_for_status()
@@ -158,8 +159,9 @@ def elements(dom: str, attribute: str) -> list[str]:
 
 @needs_chromium
 def test_the_dashboard_renders_pools_and_runners_in_a_browser(
-    sandbox: Sandbox, start_corral: StartCorral, tmp_path: Path
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Path
 ) -> None:
+    control.put("/quota", json={"instances": 10}).raise_for_status()
     corral = start_corral(
         {"small": pool_spec(["small"], min_idle=2), "large": pool_spec(["large"], min_idle=1, flavor="m1.large")},
         default_pool="small",
@@ -175,6 +177,7 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
     assert re.search(r'data-pool="small".*?>default<', dom, re.S), "the default pool is marked"
     assert ">ready<" in dom and "not ready" not in dom
     assert "corral-small-" in dom and "corral-large-" in dom
+    assert re.search(r"quota left: <b>\d+</b> instances", dom), "the project's headroom is in the header"
     assert token not in dom, "the token never appears in the page"
 
 

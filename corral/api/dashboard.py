@@ -72,6 +72,9 @@ class Summary(BaseModel):
     jobs: dict[str, int]
     """Jobs corral knows of, by status."""
     wait: WaitStats
+    quota_headroom: dict[str, int] = {}
+    """What the project's quota has left, per limited resource, as of the last look (empty: unlimited or
+    not read yet): the same reading as `corral_quota_headroom`."""
 
 
 class FailureView(BaseModel):
@@ -122,6 +125,7 @@ def build_dashboard_router(service: Service) -> APIRouter:
     @api.get("/summary")
     async def summary() -> Summary:
         drained = service.engine.drained
+        latest = service.engine.observer.latest
         views = await pool_views(service.config, service.engine)
         pools = [DashboardPool(**view.model_dump(), drained=view.name in drained) for view in views]
         counts = await service.store.run(runners.counts)
@@ -142,6 +146,7 @@ def build_dashboard_router(service: Service) -> APIRouter:
             runners={state.value: live[state] for state in RunnerState if state in LIVE_STATES},
             jobs=await service.store.run(jobs.counts),
             wait=wait_stats(waits),
+            quota_headroom=latest.headroom.limited() if latest is not None and latest.headroom else {},
         )
 
     @api.get("/failures")

@@ -139,7 +139,17 @@
       el("b", {}, jobs.in_progress || 0), " running, ",
       el("b", {}, jobs.completed || 0), " completed jobs · config generation ",
       el("b", {}, summary.generation),
+      ...quotaLeft(summary.quota_headroom || {}),
     );
+  }
+
+  // The project's quota headroom per limited resource, as corral last read it.
+  function quotaLeft(headroom) {
+    const names = Object.keys(headroom).sort();
+    if (!names.length) return [];
+    const parts = [" · quota left: "];
+    names.forEach((name, i) => parts.push(el("b", {}, headroom[name]), ` ${name.replace("_mb", " MiB")}${i < names.length - 1 ? ", " : ""}`));
+    return parts;
   }
 
   function renderPools(pools) {
