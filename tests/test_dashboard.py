@@ -209,3 +209,26 @@ def test_a_job_link_opens_its_story_with_why_it_waits(
     assert f"Job {job}: octo-org/app, queued, no pool" in dom
     assert "<b>no_pool</b>: no pool has every label it asks for (gpu)" in dom
     assert ">received<" in dom and ">unmatched<" in dom, "the timeline's steps are listed"
+
+
+@needs_chromium
+def test_scale_set_jobs_are_listed_and_their_story_opens(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Path
+) -> None:
+    control.put("/scalesets/settings", json={"long_poll_s": 0.2}).raise_for_status()
+    pools = {"small": pool_spec(["small"]), "ci": pool_spec(["ci"], intake="scale_set")}
+    corral = start_corral(pools, default_pool="small")
+    control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["ci"], "duration": 0}).raise_for_status()
+
+    def served() -> int | None:
+        rows = corral.api().get("/api/v1/scale-set-jobs").json()
+        return int(rows[0]["id"]) if rows and rows[0]["status"] == "completed" else None
+
+    request = wait_until(served, timeout=30, what="the scale-set job served and recorded")
+    token = corral.create_token("browser", "read")[1]
+
+    dom = render(f"{corral.url}/?token={token}#scale-set-job={request}", tmp_path / "profile")
+
+    assert '<div id="scale-set-jobs-section">' in dom, "the scale-set jobs' table is shown"
+    assert f"Scale-set job request {request}: {ORG}/app, completed, ci" in dom
+    assert ">started<" in dom and ">completed<" in dom

@@ -18,7 +18,8 @@
   let lastSuccess = 0;
   let timer = null;
   let poolColors = new Map();
-  let selectedJob = null;
+  let selectedJob = null; // {kind: "job" | "scale-set-job", id}
+  const STORY_PATHS = { job: "api/v1/jobs", "scale-set-job": "api/v1/scale-set-jobs" };
 
   // -- the token: from ?token= once, then from this tab's sessionStorage ----------------------------
 
@@ -239,12 +240,12 @@
     fillTable("runners", "runners-empty", rows);
   }
 
-  function renderJobs(jobs) {
+  function renderJobs(jobs, tableId = "jobs", kind = "job") {
     const rows = jobs.slice(0, JOB_ROWS).map((job) =>
       el(
         "tr",
         {},
-        el("td", { class: "mono" }, jobLink(job.id)),
+        el("td", { class: "mono" }, jobLink(kind, job.id)),
         el("td", {}, job.repository),
         el("td", { class: "labels" }, job.labels.join(", ")),
         el("td", {}, job.pool || "unmatched"),
@@ -253,26 +254,32 @@
         el("td", { class: "num" }, clock(job.queued_at)),
       ),
     );
-    fillTable("jobs", "jobs-empty", rows);
+    fillTable(tableId, `${tableId}-empty`, rows);
   }
 
-  function jobLink(id) {
+  // Scale-set jobs (known by GitHub's runner request id) have a table of their own, shown when there are any.
+  function renderScaleSetJobs(jobs) {
+    $("scale-set-jobs-section").hidden = jobs.length === 0;
+    renderJobs(jobs, "scale-set-jobs", "scale-set-job");
+  }
+
+  function jobLink(kind, id) {
     const link = el("button", { type: "button", class: "link-button mono", title: "timeline and why it waits" }, id);
     link.addEventListener("click", () => {
-      selectedJob = id;
-      window.history.replaceState(null, "", `#job=${id}`);
+      selectedJob = { kind, id };
+      window.history.replaceState(null, "", `#${kind}=${id}`);
       poll();
     });
     return link;
   }
 
   // A job corral does not know (a mistyped link) is said so in the panel rather than failing the poll.
-  async function jobStory(id) {
+  async function jobStory({ kind, id }) {
     try {
-      return await get(`api/v1/jobs/${id}`);
+      return { kind, ...(await get(`${STORY_PATHS[kind]}/${id}`)) };
     } catch (error) {
       if (error instanceof Unauthorized) throw error;
-      return { id, missing: error.message, timeline: [] };
+      return { kind, id, missing: error.message, timeline: [] };
     }
   }
 
@@ -281,13 +288,14 @@
     const panel = $("job-story");
     panel.hidden = story === null;
     if (story === null) return;
+    const what = story.kind === "scale-set-job" ? "Scale-set job request" : "Job";
     if (story.missing) {
-      $("job-story-title").textContent = `Job ${story.id}: ${story.missing}`;
+      $("job-story-title").textContent = `${what} ${story.id}: ${story.missing}`;
       $("job-story-waiting").textContent = "";
       fillTable("job-story-timeline", "job-story-empty", []);
       return;
     }
-    $("job-story-title").textContent = `Job ${story.id}: ${story.repository}, ${story.status}, ${story.pool || "no pool"}`;
+    $("job-story-title").textContent = `${what} ${story.id}: ${story.repository}, ${story.status}, ${story.pool || "no pool"}`;
     const waiting = $("job-story-waiting");
     waiting.textContent = "";
     if (story.waiting) {
@@ -397,16 +405,18 @@
     timer = null;
     if (!token()) return showLogin();
     try {
-      const [summary, runners, jobs, failures] = await Promise.all([
+      const [summary, runners, jobs, scaleSetJobs, failures] = await Promise.all([
         get("api/v1/summary"),
         get("api/v1/runners"),
         get("api/v1/jobs?limit=200"),
+        get(`api/v1/scale-set-jobs?limit=${JOB_ROWS}`),
         get("api/v1/failures?limit=15"),
       ]);
       renderOverview(summary);
       renderPools(summary.pools);
       renderRunners(summary.runners, runners);
       renderJobs(jobs);
+      renderScaleSetJobs(scaleSetJobs);
       renderLatency(jobs, summary.wait);
       renderFailures(failures);
       renderJobStory(selectedJob === null ? null : await jobStory(selectedJob));
@@ -435,9 +445,10 @@
       sessionStorage.setItem(TOKEN_KEY, value);
       start();
     });
-    // `#job=ID` opens that job's story: a link an operator can hand to whoever asked why their job waits.
-    const linked = /^#job=(\d{1,19})$/.exec(window.location.hash);
-    if (linked) selectedJob = linked[1];
+    // `#job=ID` (or `#scale-set-job=ID`) opens that job's story: a link an operator can hand to whoever asked
+    // why their job waits.
+    const linked = /^#(job|scale-set-job)=(\d{1,19})$/.exec(window.location.hash);
+    if (linked) selectedJob = { kind: linked[1], id: linked[2] };
     $("job-story-close").addEventListener("click", () => {
       window.history.replaceState(null, "", window.location.pathname + window.location.search);
       selectedJob = null;
