@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 from corral.config import PoolConfig
 from corral.model import STARTING_STATES, Job, JobState, QueuedJob, Runner, RunnerState
-from corral.policy import IMPLICIT_LABELS, in_scope, judge_demand
+from corral.policy import IMPLICIT_LABELS, DemandTuning, in_scope
 
 
 class WaitCode(StrEnum):
@@ -50,24 +50,13 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class Tuning:
-    """The engine's demand settings, as `policy.judge_demand` takes them."""
-
-    stale_after: timedelta
-    max_runners_per_job: int
-    max_hold: timedelta
-    busy_covers_job: timedelta
-    confirm_after: timedelta
-
-
-@dataclass(frozen=True)
 class WaitFacts:
     """What is known about a queued job and its pool at one moment."""
 
     job: Job
     now: datetime
     pools: Mapping[str, PoolConfig]
-    tuning: Tuning
+    tuning: DemandTuning
     drained: bool = False
     ready: bool = True
     not_ready_reason: str | None = None
@@ -168,20 +157,12 @@ def _own_runner(facts: WaitFacts) -> Wait | None:
 
 
 def _demand(facts: WaitFacts) -> Wait | None:
-    """What `policy.judge_demand` says of this one job: wanted (None here), or why not."""
+    """What the scaler's judgement (`policy.judge_demand`) says of this one job: wanted (None here), or why not."""
     job, tuning = facts.job, facts.tuning
     queued = QueuedJob(
         job.id, job.received_at, job.checked_at, job.runners_diverted, job.diverted_at, job.maybe_taken_at
     )
-    demand = judge_demand(
-        [queued],
-        now=facts.now,
-        stale_after=tuning.stale_after,
-        max_runners_per_job=tuning.max_runners_per_job,
-        max_hold=tuning.max_hold,
-        busy_covers_job=tuning.busy_covers_job,
-        confirm_after=tuning.confirm_after,
-    )
+    demand = tuning.judge([queued], facts.now)
     if demand.wanted:
         return None
     if demand.held:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from corral.config import PoolConfig, ScopeConfig
+from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.model import JobState, QueuedJob, Reason, RunnerState
 
 IMPLICIT_LABELS = frozenset({"self-hosted", "linux", "x64"})
@@ -99,6 +99,38 @@ class Demand:
     held: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
     """Jobs whose repository already holds `max_runners_per_repo` of the pool's runners."""
+
+
+@dataclass(frozen=True)
+class DemandTuning:
+    """The settings `judge_demand` weighs queued jobs by, as the configuration gives them."""
+
+    stale_after: timedelta
+    max_runners_per_job: int
+    max_hold: timedelta
+    busy_covers_job: timedelta
+    confirm_after: timedelta
+
+    @classmethod
+    def of(cls, config: CorralConfig) -> DemandTuning:
+        return cls(
+            stale_after=timedelta(seconds=config.stale_job_check),
+            max_runners_per_job=config.max_runners_per_job,
+            max_hold=timedelta(seconds=config.tuning.max_hold),
+            busy_covers_job=timedelta(seconds=config.tuning.busy_covers_job),
+            confirm_after=timedelta(seconds=config.tuning.confirm_after),
+        )
+
+    def judge(self, queued: Sequence[QueuedJob], now: datetime) -> Demand:
+        return judge_demand(
+            queued,
+            now=now,
+            stale_after=self.stale_after,
+            max_runners_per_job=self.max_runners_per_job,
+            max_hold=self.max_hold,
+            busy_covers_job=self.busy_covers_job,
+            confirm_after=self.confirm_after,
+        )
 
 
 def judge_demand(

@@ -13,9 +13,10 @@ import pytest
 from corral.cli import main
 from corral.clock import utcnow
 from corral.config import PoolConfig
-from corral.explain import Tuning, WaitCode, WaitFacts, explain
+from corral.explain import WaitCode, WaitFacts, explain
 from corral.local import LocalCorral, pool_spec
 from corral.model import Job, JobState
+from corral.policy import DemandTuning
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import converge
@@ -170,7 +171,7 @@ def test_why_refuses_what_is_not_a_job_and_answers_404_for_an_unknown_one(
         assert api.get(f"/api/v1/jobs/{2**63}").status_code == 422
 
 
-TUNING = Tuning(
+TUNING = DemandTuning(
     stale_after=timedelta(seconds=60),
     max_runners_per_job=3,
     max_hold=timedelta(seconds=600),

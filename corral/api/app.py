@@ -143,13 +143,16 @@ def build_app(service: Service) -> FastAPI:
         listed = await service.store.run(store_jobs.listing, status=status, pool=pool, run_id=run_id, limit=limit)
         return [JobView.of(job) for job in listed]
 
+    async def story_or_404(job_id: int, *, scale_set: bool, what: str) -> JobStoryView:
+        story = await job_story(service.engine, job_id, scale_set=scale_set)
+        if story is None:
+            raise HTTPException(status_code=404, detail=f"no {what} {job_id} is known to corral")
+        return JobStoryView.of_story(story)
+
     @app.get("/api/v1/jobs/{job_id}", tags=["jobs"], dependencies=read)
     async def job(job_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> JobStoryView:
         """One job with its timeline and, while it waits, the reason it has no runner yet."""
-        story = await job_story(service.engine, job_id)
-        if story is None:
-            raise HTTPException(status_code=404, detail=f"no job {job_id} is known to corral")
-        return JobStoryView.of_story(story)
+        return await story_or_404(job_id, scale_set=False, what="job")
 
     @app.get("/api/v1/scale-set-jobs", tags=["jobs"], dependencies=read)
     async def scale_set_jobs(
@@ -167,10 +170,7 @@ def build_app(service: Service) -> FastAPI:
     @app.get("/api/v1/scale-set-jobs/{request_id}", tags=["jobs"], dependencies=read)
     async def scale_set_job(request_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> JobStoryView:
         """One scale-set job (by runner request id) with its timeline and, while it waits, what holds it."""
-        story = await job_story(service.engine, request_id, scale_set=True)
-        if story is None:
-            raise HTTPException(status_code=404, detail=f"no scale-set job request {request_id} is known to corral")
-        return JobStoryView.of_story(story)
+        return await story_or_404(request_id, scale_set=True, what="scale-set job request")
 
     @app.get("/api/v1/usage", tags=["usage"], dependencies=read)
     async def usage(

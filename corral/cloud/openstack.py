@@ -41,7 +41,7 @@ from corral.cloud.provider import (
     CloudTransientError,
     ServerSpec,
 )
-from corral.cloud.quota import Headroom, ServerCost
+from corral.cloud.quota import Headroom, ServerCost, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 
 logger = logging.getLogger(__name__)
@@ -244,9 +244,13 @@ class OpenStackProvider:
             with self._lock:
                 size = self._flavor_sizes[spec.flavor]
         disks = [volume.size_gb for volume in spec.volumes] + ([spec.boot_volume_gb] if spec.boot_volume_gb else [])
-        # One port per network; none given is Nova's `auto`, which makes one.
-        ports = max(len(spec.networks), 1)
-        return ServerCost(cores=size[0], ram_mb=size[1], volumes=len(disks), gigabytes=sum(disks), ports=ports)
+        return ServerCost(
+            cores=size[0],
+            ram_mb=size[1],
+            volumes=len(disks),
+            gigabytes=sum(disks),
+            ports=ports_per_server(spec.networks),
+        )
 
     def headroom(self, volumes: bool) -> Headroom:
         def absolute(service: Any) -> dict[str, Any]:
@@ -267,21 +271,26 @@ class OpenStackProvider:
         refusal still backs the pool off. Logged once per provider, as it will not change by itself. A
         transient failure fails the reading, like the other services' (the look goes on without it)."""
         project = self._idempotent("read port quota", lambda: self.connection.current_project_id)
+        if project is None:
+            self._ports_unreadable("the credentials name no project")
+            return None
         try:
-            if project is None:
-                raise CloudRequestRejected("read port quota: the credentials name no project")
             quota = self._idempotent(
                 "read port quota", lambda: self.connection.network.get_quota(project, details=True)
             )
         except CloudTransientError:
             raise
         except CloudError as exc:
-            if not self._port_quota_unreadable:
-                self._port_quota_unreadable = True
-                logger.warning("cannot read the project's port quota, so ports are not planned for: %s", exc)
+            self._ports_unreadable(str(exc))
             return None
         ports: dict[str, Any] = quota.ports or {}
         return ports
+
+    def _ports_unreadable(self, why: str) -> None:
+        """Said once per provider: a refusal of the quota will not change by itself."""
+        if not self._port_quota_unreadable:
+            self._port_quota_unreadable = True
+            logger.warning("cannot read the project's port quota, so ports are not planned for: %s", why)
 
     def _resolve(self, spec: ServerSpec) -> _Resolved:
         keys = [("image", spec.image), ("flavor", spec.flavor)] + [("network", n) for n in spec.networks]

@@ -10,6 +10,7 @@ the least over the resources it uses; the resources at that least are what limit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -76,6 +77,11 @@ def ports_left(details: dict[str, Any] | None) -> int | None:
     if not isinstance(limit, int) or limit == UNLIMITED:
         return None
     return max(0, limit - int(details.get("used") or 0) - int(details.get("reserved") or 0))
+
+
+def ports_per_server(networks: Sequence[str]) -> int:
+    """One port per network; none given is Nova's `auto`, which makes one."""
+    return max(len(networks), 1)
 
 
 def fit(left: int | None, each: int) -> int | None:

@@ -14,10 +14,10 @@ import re
 from typing import Any
 
 from corral.commands.client import common_options, request
+from corral.github.webhooks import MAX_ID
 
 JOB_URL = re.compile(r"/actions/runs/(?P<run>\d+)/job/(?P<job>\d+)")
 RUN_URL = re.compile(r"/actions/runs/(?P<run>\d+)(?:/attempts/\d+)?/?(?:[?#].*)?$")
-MAX_ID = 2**63 - 1
 
 
 def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

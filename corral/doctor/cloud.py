@@ -20,7 +20,7 @@ from openstack import utils as os_utils
 from os_service_types import ServiceTypes
 
 from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
-from corral.cloud.quota import Headroom, fit
+from corral.cloud.quota import Headroom, fit, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 from corral.config import CorralConfig, PoolConfig, VolumeConfig
 from corral.doctor.report import Section
@@ -317,7 +317,7 @@ class CloudDoctor:
             "RAM": fit(headroom.ram_mb, int(flavor.ram or 0)),
             "volumes": fit(headroom.volumes, len(disks)) if disks else None,
             "volume gigabytes": fit(headroom.gigabytes, sum(disks)) if disks else None,
-            "ports": fit(headroom.ports, max(len(pool.networks), 1)),
+            "ports": fit(headroom.ports, ports_per_server(pool.networks)),
         }
         limited = {name: count for name, count in fits.items() if count is not None}
         if not limited:

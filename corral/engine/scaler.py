@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from string import Template
 from typing import Protocol
 
@@ -28,7 +28,7 @@ from corral.engine.transitions import log_new_runners
 from corral.github.scaleset import Statistics
 from corral.metrics import CAPACITY_REFUSALS, QUOTA_DEFERRALS
 from corral.model import CAPACITY_STATES, FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
-from corral.policy import Demand, PoolCounts, cap_per_repository, judge_demand, plan_scale
+from corral.policy import Demand, DemandTuning, PoolCounts, cap_per_repository, plan_scale
 from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
@@ -236,6 +236,7 @@ class Scaler:
         """The pool's queued jobs judged (`policy.judge_demand`) and, with `max_runners_per_repo`, capped per
         repository (`policy.cap_per_repository`), read a page at a time until `needed` of them count as demand
         or none are left (then the third value is True: every queued job was read)."""
+        tuning = DemandTuning.of(self._config())
         cap = self._config().pools[name].max_runners_per_repo
         covered = covered_jobs(current)
         holdings = Counter(
@@ -250,15 +251,7 @@ class Scaler:
         while len(demand.wanted) < needed:
             batch = await self.store.run(jobs.queued_of_pool, name, limit=page, offset=len(queued))
             queued += batch
-            judged = judge_demand(
-                batch,
-                now=now,
-                stale_after=timedelta(seconds=self._config().stale_job_check),
-                max_runners_per_job=self._config().max_runners_per_job,
-                max_hold=timedelta(seconds=self._config().tuning.max_hold),
-                busy_covers_job=timedelta(seconds=self._config().tuning.busy_covers_job),
-                confirm_after=timedelta(seconds=self._config().tuning.confirm_after),
-            )
+            judged = tuning.judge(batch, now)
             if cap is not None:
                 judged = cap_per_repository(judged, batch, covered=covered, holdings=holdings, cap=cap)
             demand.wanted += judged.wanted
@@ -288,13 +281,14 @@ class Scaler:
         at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
         pool = self._config().pools[name]
         covered = covered_jobs(current)
-        uncovered: list[int | None] = [job_id for job_id in wanted if job_id not in covered]
-        for_jobs = (uncovered + [None] * count)[:count]
+        uncovered = [job_id for job_id in wanted if job_id not in covered][:count]
+        spare = count - len(uncovered)
         if pool.max_runners_per_repo is not None and warm is not None:
-            for_jobs = for_jobs[: len(uncovered[:count]) + warm]
-            count = len(for_jobs)
+            spare = min(spare, warm)
+            count = len(uncovered) + spare
             if not count:
                 return []
+        for_jobs: list[int | None] = [*uncovered, *[None] * spare]
         claims, short = self._quota.claim(
             self._server_cost(name),
             count,

@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 from corral.clock import utcnow
 from corral.cloud.quota import servers_that_fit
 from corral.engine.coordinator import Engine
-from corral.explain import Tuning, Wait, WaitFacts, explain, scale_set_of
+from corral.explain import Wait, WaitFacts, explain, scale_set_of
 from corral.model import FREE_STATES, Job, JobState, Reason, Runner, RunnerEvent, RunnerState
+from corral.policy import DemandTuning
 from corral.store import stories
 
 RUNNER_STEPS = {
@@ -107,13 +108,7 @@ def _facts(
 ) -> WaitFacts:
     config = engine.config
     now = utcnow()
-    tuning = Tuning(
-        stale_after=timedelta(seconds=config.stale_job_check),
-        max_runners_per_job=config.max_runners_per_job,
-        max_hold=timedelta(seconds=config.tuning.max_hold),
-        busy_covers_job=timedelta(seconds=config.tuning.busy_covers_job),
-        confirm_after=timedelta(seconds=config.tuning.confirm_after),
-    )
+    tuning = DemandTuning.of(config)
     pool = config.pools.get(name) if name else None
     if name is None or pool is None:
         return WaitFacts(job=job, now=now, pools=config.pools, tuning=tuning)

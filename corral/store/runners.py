@@ -369,13 +369,18 @@ def deleted_named(connection: Connection, names: Iterable[str]) -> dict[str, Run
 
 
 def events(connection: Connection, runner_id: str) -> list[RunnerEvent]:
+    return events_of(connection, [runner_id])
+
+
+def events_of(connection: Connection, runner_ids: Sequence[str]) -> list[RunnerEvent]:
+    """These runners' events, in the order they happened."""
     query = select(
         EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at
-    ).where(EVENTS.c.runner_id == runner_id)
-    return [to_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
+    ).where(EVENTS.c.runner_id.in_(runner_ids))
+    return [_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
 
 
-def to_event(row: Any) -> RunnerEvent:
+def _event(row: Any) -> RunnerEvent:
     return RunnerEvent(
         runner_id=row[0],
         from_state=RunnerState(row[1]) if row[1] else None,
@@ -404,7 +409,7 @@ def recent_failures(connection: Connection, limit: int = 20) -> list[tuple[Runne
         .order_by(EVENTS.c.id.desc())
         .limit(limit)
     )
-    return [(to_event(row[:6]), to_runner(row[6:])) for row in connection.execute(query)]
+    return [(_event(row[:6]), to_runner(row[6:])) for row in connection.execute(query)]
 
 
 def counts(connection: Connection) -> Counter[tuple[str, RunnerState]]:

@@ -9,7 +9,7 @@ from sqlalchemy import Connection, and_, func, or_, select, tuple_
 
 from corral.model import Job, JobState, PoolStatus, Runner, RunnerEvent, RunnerState
 from corral.store import jobs, pools, scaleset_jobs
-from corral.store.runners import CAPACITY, COLUMNS, to_event, to_runner
+from corral.store.runners import CAPACITY, COLUMNS, events_of, to_runner
 from corral.store.schema import JOBS, RUNNERS
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
@@ -48,12 +48,7 @@ def job_record(connection: Connection, job_id: int, *, scale_set: bool = False) 
     runners = [
         to_runner(row) for row in connection.execute(select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at))
     ]
-    events = []
-    if runners:
-        query = select(
-            EVENTS.c.runner_id, EVENTS.c.from_state, EVENTS.c.to_state, EVENTS.c.code, EVENTS.c.message, EVENTS.c.at
-        ).where(EVENTS.c.runner_id.in_([runner.id for runner in runners]))
-        events = [to_event(row) for row in connection.execute(query.order_by(EVENTS.c.id))]
+    events = events_of(connection, [runner.id for runner in runners]) if runners else []
     return JobRecord(job, runners, events)
 
 
