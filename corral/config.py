@@ -40,6 +40,7 @@ from sqlalchemy.exc import ArgumentError
 
 from corral import schedules as warm_schedules
 from corral import secrets
+from corral.cloud.images import ImageFilter, ImageRef
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
@@ -256,8 +257,48 @@ WarmRunners = Annotated[
     Discriminator(_warm_kind, custom_error_type="min_idle", custom_error_message="a number or a schedule"),
 ]
 """`min_idle`: a number, or a schedule; an error names only what was wrong with the form given."""
-WARM_RUNNER_TAGS = frozenset({"number", "schedule"})
-"""`WarmRunners`' tags, which pydantic puts in an error's location and `_format_location` leaves out."""
+UNION_TAGS = {"min_idle": frozenset({"number", "schedule"}), "image": frozenset({"name", "filter"})}
+"""The tags of the keys that take one of two forms (`WarmRunners`, `PoolImage`), which pydantic puts in an
+error's location after the key and `_format_location` leaves out."""
+
+
+class ImageFilterConfig(StrictModel):
+    """`image` as a filter: the newest active image with these Glance properties and tags (and name)."""
+
+    name: str | None = Field(default=None, min_length=1)
+    properties: dict[str, str] = Field(default_factory=dict, max_length=20)
+    tags: list[str] = Field(default_factory=list, max_length=20)
+
+    @model_validator(mode="after")
+    def says_something(self) -> ImageFilterConfig:
+        if not self.properties and not self.tags:
+            raise ValueError(
+                "a filter needs properties or tags (for example `properties: {os_distro: ubuntu}`); to name one "
+                "image, give its name or id as a string"
+            )
+        return self
+
+    def to_filter(self) -> ImageFilter:
+        return ImageFilter(tuple(sorted(self.properties.items())), tuple(self.tags), self.name)
+
+
+def _image_kind(value: object) -> str:
+    return "filter" if isinstance(value, dict | ImageFilterConfig) else "name"
+
+
+PoolImage = Annotated[
+    Annotated[str, Field(min_length=1), Tag("name")] | Annotated[ImageFilterConfig, Tag("filter")],
+    Discriminator(_image_kind, custom_error_type="image", custom_error_message="a name or id, or a filter"),
+]
+"""`image`: a name or id, or a filter (`{properties: {...}, tags: [...]}`) for the newest matching image."""
+
+
+class RolloutConfig(StrictModel):
+    """How a pool moves its idle runners to a new image (its `image` changed, or now means a new upload)."""
+
+    max_surge: int = Field(default=1, ge=1, le=1000)
+    """Replacement runners started at once, above what the pool keeps: each idle runner on the old image is
+    retired once a replacement is online. Busy runners are never touched: they end with their job."""
 
 
 class PoolConfig(StrictModel):
@@ -265,7 +306,8 @@ class PoolConfig(StrictModel):
 
     scope: ScopeConfig
     labels: list[str] = Field(min_length=1, max_length=100)
-    image: str = Field(min_length=1)
+    image: PoolImage
+    """A name or id, or a filter naming the newest active image with given Glance properties and tags."""
     flavor: str = Field(min_length=1)
     networks: list[str] = Field(default_factory=list)
     security_groups: list[str] = Field(default_factory=list)
@@ -276,6 +318,7 @@ class PoolConfig(StrictModel):
     boot_volume_type: str | None = None
     extra_volumes: list[VolumeConfig] = Field(default_factory=list)
     metadata: dict[str, str] = Field(default_factory=dict)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     min_idle: WarmRunners = 0
     """Warm runners kept idle: a number, or a schedule (`{default, timezone, schedules: [{cron, duration,
     min_idle}]}`) that the passes follow."""
@@ -322,6 +365,10 @@ class PoolConfig(StrictModel):
         if self.scale_set_name is not None and self.intake != "scale_set":
             raise ValueError("scale_set_name is only for a pool with `intake: scale_set`; remove it or set the intake")
         return self
+
+    @property
+    def image_ref(self) -> ImageRef:
+        return self.image.to_filter() if isinstance(self.image, ImageFilterConfig) else self.image
 
     def label_set(self) -> frozenset[str]:
         return frozenset(label.lower() for label in self.labels)
@@ -447,7 +494,9 @@ class TuningConfig(StrictModel):
     max_hold: Wait = 600.0
     """The longest a job whose runners keep going to other jobs waits before it may get another."""
     pool_recheck: Interval = 300.0
-    """How often a pool the cloud cannot serve (no such image, a refused create) is looked at again."""
+    """How often each pool is checked against the cloud again: one the cloud cannot serve (no such image, a
+    refused create), to see it fixed; one it can, to pick up a new upload of its image (or one its image
+    filter matches), which the pool then rolls its idle runners over to."""
     stale_checks_per_pass: int = Field(default=50, ge=1, le=1000)
     """Jobs GitHub is asked about per upkeep round (stale queued ones, and running ones whose runner is gone)."""
     intake_group: int = Field(default=500, ge=1, le=10_000)
@@ -620,11 +669,11 @@ class CorralConfig(StrictModel):
 
 
 def _format_location(location: tuple[int | str, ...]) -> str:
-    """`pools.small.min_idle`: dotted, without the union tag pydantic puts after `min_idle`."""
+    """`pools.small.min_idle`: dotted, without the union tag pydantic puts after `min_idle` or `image`."""
     kept = [
         part
         for index, part in enumerate(location)
-        if not (index and location[index - 1] == "min_idle" and part in WARM_RUNNER_TAGS)
+        if not (index and part in UNION_TAGS.get(str(location[index - 1]), ()))
     ]
     return ".".join(str(part) for part in kept)
 

@@ -128,6 +128,9 @@ class Reason(StrEnum):
     """A scale set's runner never picked up the job GitHub handed it; GitHub ended that attempt and handed
     the job on (a hung VM, a runner that lost its network)."""
     SCALE_SET_REPLACED = "scale_set_replaced"
+    """A scale set's idle runner that no job comes to: the scale set was replaced."""
+    IMAGE_ROLLOUT = "image_rollout"
+    """Started to replace an idle runner on an image the pool no longer uses, or retired as one replaced."""
     """Its scale set was deleted on GitHub (or renamed) and another took its place: GitHub hands it no job."""
     GONE = "gone"
     """Server and registration are both gone."""
@@ -175,6 +178,8 @@ class Runner:
     job_id: int | None = None
     """The job it was started for (None for a warm runner)."""
     registered_at: datetime | None = None
+    image_id: str | None = None
+    """The image its server was created from (None until it was, or for runners older than the record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +197,7 @@ class Transition:
     reason: Reason
     message: str | None = None
     server_id: str | None = None
+    image_id: str | None = None
     github_runner_id: int | None = None
     registered_at: datetime | None = None
     diverted_job: int | None = None

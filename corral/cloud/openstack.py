@@ -29,6 +29,8 @@ from openstack import exceptions as os_exceptions
 from openstack import utils as os_utils
 from openstack.compute.v2.server import Server
 
+from corral.cloud.images import ImageFilter, ImageRef, find_image
+from corral.cloud.images import describe as describe_image
 from corral.cloud.provider import (
     META_INSTALLATION,
     META_POOL,
@@ -132,7 +134,7 @@ class _Resolved:
     image: str
     flavor: str
     networks: tuple[str, ...]
-    cached: dict[tuple[str, str], str]
+    cached: dict[tuple[str, ImageRef], str]
 
 
 class OpenStackProvider:
@@ -161,7 +163,7 @@ class OpenStackProvider:
         adapter = ks_session.TCPKeepAliveAdapter(pool_maxsize=connections)
         for scheme in ("https://", "http://"):
             connection.session.session.mount(scheme, adapter)
-        self._ids: dict[tuple[str, str], str] = {}
+        self._ids: dict[tuple[str, ImageRef], str] = {}
         self._flavor_sizes: dict[str, tuple[int, int]] = {}
         """Flavor name -> (vCPUs, RAM MiB), found with its id."""
         self._port_quota_unreadable = False
@@ -207,34 +209,35 @@ class OpenStackProvider:
 
     # -- lookups ----------------------------------------------------------------------------------
 
-    def _find_image(self, name: str) -> Any:
-        """An image by id or name; when a name is shared (a rebuilt image uploaded before the old one is
-        retired), the newest active one, which is what the rebuild means to put in service."""
-        try:
-            return self.connection.image.find_image(name, ignore_missing=True)
-        except os_exceptions.DuplicateResource:
-            active = [image for image in self.connection.image.images(name=name) if image.status == "active"]
-            return max(active, key=lambda image: image.created_at or "", default=None)
-
-    def _lookup(self, kind: str, name: str) -> str:
+    def _lookup(self, kind: str, name: ImageRef) -> str:
+        """The id `name` means (an image may be a filter), from the cache or asked once and cached."""
         key = (kind, name)
         with self._lock:
             cached = self._ids.get(key)
         if cached is not None:
             return cached
-        finders: dict[str, Callable[[str], Any]] = {
-            "image": self._find_image,
+        finders: dict[str, Callable[[Any], Any]] = {
+            "image": lambda ref: find_image(self.connection, ref),
             "flavor": lambda n: self.connection.compute.find_flavor(n, ignore_missing=True),
             "network": lambda n: self.connection.network.find_network(n, ignore_missing=True),
         }
-        found = self._idempotent(f"find {kind} {name!r}", lambda: finders[kind](name))
+        what = describe_image(name) if kind == "image" else f"{kind} {name!r}"
+        found = self._idempotent(f"find {what}", lambda: finders[kind](name))
         if found is None:
-            raise CloudResourceMissing(f"{kind} {name!r} does not exist in this cloud")
+            raise CloudResourceMissing(
+                f"no image is {what.removeprefix('the ')}"
+                if isinstance(name, ImageFilter)
+                else f"{what} does not exist in this cloud"
+            )
         with self._lock:
             self._ids[key] = found.id
             if kind == "flavor":
-                self._flavor_sizes[name] = (int(found.vcpus or 0), int(found.ram or 0))
+                self._flavor_sizes[str(name)] = (int(found.vcpus or 0), int(found.ram or 0))
         return str(found.id)
+
+    def image_id(self, spec: ServerSpec) -> str:
+        """The id of the image `spec` names as last resolved (a check refreshes it)."""
+        return self._lookup("image", spec.image)
 
     def server_cost(self, spec: ServerSpec) -> ServerCost:
         with self._lock:
@@ -293,7 +296,8 @@ class OpenStackProvider:
             logger.warning("cannot read the project's port quota, so ports are not planned for: %s", why)
 
     def _resolve(self, spec: ServerSpec) -> _Resolved:
-        keys = [("image", spec.image), ("flavor", spec.flavor)] + [("network", n) for n in spec.networks]
+        keys: list[tuple[str, ImageRef]] = [("image", spec.image), ("flavor", spec.flavor)]
+        keys += [("network", n) for n in spec.networks]
         with self._lock:
             cached = {key: self._ids[key] for key in keys if key in self._ids}
         return _Resolved(
@@ -303,7 +307,7 @@ class OpenStackProvider:
             cached=cached,
         )
 
-    def _forget(self, keys: Iterable[tuple[str, str]]) -> None:
+    def _forget(self, keys: Iterable[tuple[str, ImageRef]]) -> None:
         with self._lock:
             for key in keys:
                 self._ids.pop(key, None)
@@ -326,7 +330,8 @@ class OpenStackProvider:
         with self._lock:
             self._ids.clear()
         problems: list[str] = []
-        lookups = [("image", spec.image), ("flavor", spec.flavor)] + [("network", n) for n in spec.networks]
+        lookups: list[tuple[str, ImageRef]] = [("image", spec.image), ("flavor", spec.flavor)]
+        lookups += [("network", n) for n in spec.networks]
         for kind, name in lookups:
             try:
                 self._lookup(kind, name)
@@ -362,6 +367,7 @@ class OpenStackProvider:
         if metadata.get(META_INSTALLATION) != self.installation or META_RUNNER not in metadata:
             return None
         fault = server.get("fault") or None
+        image = server.get("image")  # "" for a server booted from a volume
         return CloudServer(
             id=server["id"],
             name=server.get("name", ""),
@@ -371,6 +377,7 @@ class OpenStackProvider:
             runner_id=metadata[META_RUNNER],
             created_at=_parse_time(server.get("created")),
             fault=(fault.get("message") if isinstance(fault, dict) else str(fault)) if fault else None,
+            image_id=image.get("id") if isinstance(image, dict) else None,
         )
 
     def list_servers(self) -> list[CloudServer]:
@@ -499,6 +506,7 @@ class OpenStackProvider:
             installation=self.installation,
             pool=spec.metadata.get(META_POOL, ""),
             runner_id=spec.metadata.get(META_RUNNER, ""),
+            image_id=ids.image,
         )
 
     def _create_microversion(self) -> str | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from corral.cloud.images import ImageRef
 from corral.cloud.quota import Headroom, ServerCost
 
 
@@ -57,7 +58,8 @@ class ServerSpec:
     """Everything a pool declares about its servers, resolved for one runner."""
 
     name: str
-    image: str
+    image: ImageRef
+    """A name or id, or a filter for the newest matching image."""
     flavor: str
     networks: tuple[str, ...] = ()
     security_groups: tuple[str, ...] = ()
@@ -84,6 +86,8 @@ class CloudServer:
     runner_id: str
     created_at: datetime | None = None
     fault: str | None = None
+    image_id: str | None = None
+    """The image it was created from (None when the cloud does not say: a server booted from a volume)."""
 
     @property
     def is_error(self) -> bool:
@@ -119,6 +123,11 @@ class CloudProvider(Protocol):
     def headroom(self, volumes: bool) -> Headroom:
         """The project's quota less its usage: Nova's limits, Neutron's port quota, and Cinder's limits when
         `volumes` (three calls at most)."""
+        ...
+
+    def image_id(self, spec: ServerSpec) -> str:
+        """The id of the image `spec` names, as last resolved: a check (`check_pool`) resolves it afresh, so a
+        new upload matching a filter, or rebuilt under the same name, is picked up then."""
         ...
 
     def server_cost(self, spec: ServerSpec) -> ServerCost:

@@ -15,10 +15,11 @@ from typing import Any
 import openstack
 import openstack.connection
 from keystoneauth1.access import AccessInfo
-from openstack import exceptions as os_exceptions
 from openstack import utils as os_utils
 from os_service_types import ServiceTypes
 
+from corral.cloud.images import ImageFilter, find_image
+from corral.cloud.images import describe as describe_image
 from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
 from corral.cloud.quota import Headroom, fit, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
@@ -187,7 +188,7 @@ class CloudDoctor:
 
     def _pool(self, name: str, pool: PoolConfig, headroom: Headroom | None) -> None:
         item = f"pool {name}"
-        image = self._look(f"{item}: image", "image", pool.image, self._find_image, "pools.{0}.image")
+        self._image(f"{item}: image", name, pool)
         flavor = self._look(
             f"{item}: flavor",
             "flavor",
@@ -195,12 +196,6 @@ class CloudDoctor:
             lambda n: self.conn.compute.find_flavor(n, ignore_missing=True),
             "pools.{0}.flavor",
         )
-        if image is not None and getattr(image, "status", "active") != "active":
-            self.section.failed(
-                f"{item}: image",
-                f"image {pool.image!r} is {image.status}, not active",
-                f"wait for the upload to finish, or point pools.{name}.image at an active image",
-            )
         for network in pool.networks:
             self._look(
                 f"{item}: network {network}",
@@ -235,13 +230,37 @@ class CloudDoctor:
         else:
             self.section.skipped(f"{item}: quota", "the flavor is unknown, so its size is too")
 
-    def _find_image(self, name: str) -> Any:
-        """By id or name; a name several images share resolves to the newest active one, as corral does."""
+    def _image(self, item: str, pool_name: str, pool: PoolConfig) -> None:
+        """The image the pool's `image` means now, found as corral finds it (`cloud.images.find_image`)."""
+        ref = pool.image_ref
+        what = describe_image(ref)
         try:
-            return self.conn.image.find_image(name, ignore_missing=True)
-        except os_exceptions.DuplicateResource:
-            active = [image for image in self.conn.image.images(name=name) if image.status == "active"]
-            return max(active, key=lambda image: image.created_at or "", default=None)
+            image = self._call(f"find {what}", lambda: find_image(self.conn, ref))
+        except Exception as exc:
+            self.section.failed(item, str(exc), "see the cloud's answer above; run the doctor again once it works")
+            return
+        key = f"pools.{pool_name}.image"
+        if image is None and isinstance(ref, ImageFilter):
+            self.section.failed(
+                item,
+                f"no image is {what.removeprefix('the ')} (or this project cannot see it)",
+                f"upload one, or change {key} (`openstack image list --long` shows images' properties)",
+            )
+        elif image is None:
+            self.section.failed(
+                item,
+                f"{what} does not exist in this cloud (or this project cannot see it)",
+                f"set {key} to the name or id of an existing image (`openstack image list`)",
+            )
+        elif getattr(image, "status", "active") != "active":
+            self.section.failed(
+                item,
+                f"{what} is {image.status}, not active",
+                f"wait for the upload to finish, or point {key} at an active image",
+            )
+        else:
+            named = f"{image.name!r} ({image.id})" if isinstance(ref, ImageFilter) else image.id
+            self.section.passed(item, f"{what} is {named}")
 
     def _look(self, item: str, kind: str, name: str, find: Callable[[str], Any], key: str) -> Any:
         """Find one named resource and report it; the resource, or None when missing or the lookup failed."""

@@ -3,6 +3,8 @@
 A check the cloud could not answer (a 5xx, a refused token, a dropped connection) is retried with backoff
 and says nothing about the pool; only a definite answer (no such image) or a create Nova refused as made
 keeps a pool not ready, and even those are looked at again now and then, so fixing the cloud needs no reload.
+A pool that is fine is looked at again as often, which resolves its image afresh: a new upload of its image
+(or one matching its filter) becomes the image in force, and the scaler rolls idle runners over to it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class PoolCheck:
     due: float = 0.0
     cost: ServerCost | None = None
     """What one of the pool's servers takes from the quota, found with a check that found no problem."""
+    image_id: str | None = None
+    """The image the pool's `image` meant at the last check that found no problem: new runners' image."""
 
 
 class PoolChecker:
@@ -72,10 +76,12 @@ class PoolChecker:
     async def check(self, pool: str, spec: ServerSpec) -> None:
         check = self._check_of(pool)
         loop = asyncio.get_running_loop()
+        image_id: str | None = None
         try:
             problems = await loop.run_in_executor(self._executor, self._cloud.check_pool, spec)
             if not problems:
                 check.cost = await loop.run_in_executor(self._executor, self._cloud.server_cost, spec)
+                image_id = await loop.run_in_executor(self._executor, self._cloud.image_id, spec)
         except CloudError as exc:
             wait = check.backoff.failed()
             check.error, check.due = str(exc), self._clock() + wait
@@ -85,7 +91,11 @@ class PoolChecker:
             return
         check.backoff.succeeded()
         check.error = None
-        check.due = self._clock() + self._recheck_s() if problems else float("inf")
+        check.due = self._clock() + self._recheck_s()
+        if not problems and image_id != check.image_id:
+            if check.image_id is not None:
+                logger.info("pool %s: its image is now %s (was %s)", pool, image_id, check.image_id)
+            check.image_id = image_id
         if problems and problems != check.problems:
             logger.warning("pool %s is not ready: %s", pool, "; ".join(problems))
         elif not problems and check.problems:
@@ -101,6 +111,11 @@ class PoolChecker:
             logger.warning("pool %s is not ready: %s", pool, problem)
         check.problems = [problem]
         check.due = self._clock() + self._recheck_s()
+
+    def image_id(self, pool: str) -> str | None:
+        """The image new runners of the pool get, as last checked (None before a check found it)."""
+        check = self._checks.get(pool)
+        return check.image_id if check else None
 
     def cost(self, pool: str) -> ServerCost | None:
         check = self._checks.get(pool)

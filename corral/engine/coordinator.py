@@ -163,6 +163,7 @@ class Engine:
             scale_sets=self.scalesets,
             quota=self.quota,
             server_cost=self.checker.cost,
+            image_of=self.checker.image_id,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
@@ -536,7 +537,7 @@ class Engine:
             snapshot = PoolSnapshot(name, states, reason="removed from the configuration", removed=True)
             await self.status.publish(snapshot, self.generation)
             return None
-        return await self.scaler.scale(name, current, states)
+        return await self.scaler.scale(name, current, states, deleting_known=full)
 
     # -- beside the passes ------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ def server_spec(config: CorralConfig, pool_name: str, runner: Runner | None, use
     }
     return ServerSpec(
         name=runner.name if runner else "check",
-        image=pool.image,
+        image=pool.image_ref,
         flavor=pool.flavor,
         networks=tuple(pool.networks),
         security_groups=tuple(pool.security_groups),
@@ -165,7 +165,9 @@ class Creator:
         except CloudError as exc:
             await self.fail(creating, self._cloud_failure(runner.pool, exc, config))
             return
-        await self._mover.move(creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id)
+        await self._mover.move(
+            creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id, image_id=server.image_id
+        )
 
     async def _jit_config(self, runner: Runner, pool: PoolConfig) -> JitConfig:
         if pool.intake == "scale_set" and self._scale_set_jit is not None:

@@ -10,7 +10,7 @@ up on at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from string import Template
 from typing import Protocol
@@ -89,6 +89,7 @@ class Scaler:
         scale_sets: ScaleSetNews | None = None,
         quota: QuotaBudget | None = None,
         server_cost: Callable[[str], ServerCost | None] = lambda _: None,
+        image_of: Callable[[str], str | None] = lambda _: None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
@@ -108,11 +109,18 @@ class Scaler:
         self._scale_sets = scale_sets or NoScaleSets()
         self._quota = quota or QuotaBudget()
         self._server_cost = server_cost
+        self._image_of = image_of
+        """The image a pool's new runners get, as last checked: idle runners on another are replaced."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
 
-    async def scale(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> float | None:
-        """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again."""
+    async def scale(
+        self, name: str, current: list[Runner], states: Counter[RunnerState], *, deleting_known: bool = True
+    ) -> float | None:
+        """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again.
+
+        `deleting_known`: `current` holds the runners being deleted (a pass after a new look does); a rollout
+        counts those it retired against `max_surge`, so it starts replacements only on such passes."""
         pool = self._config().pools[name]
         ready, reason = self._readiness(name)
         drained = name in self._drained()
@@ -151,8 +159,31 @@ class Scaler:
         warm = pool.min_idle_at(self.clock())
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
+        outdated = self._outdated(name, current)
+        # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
+        in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
+        surplus_idle = max(plan.surplus_idle - in_retirement, 0)
+        if outdated:
+            # Replacements booting count as free in the plan; the runners they replace stay until they are
+            # online, so that a rollout never leaves the pool with fewer warm runners than it keeps.
+            settled_idle = counts.idle - in_retirement
+            surplus_idle = min(
+                surplus_idle, max(settled_idle - counts.queued_jobs - min_idle, counts.active - max_runners, 0)
+            )
         requeue_after: float | None = None
         quota_short: list[str] = []
+        rolling = ready and deleting_known and not plan.create
+        retiring = min(surplus_idle, len(outdated)) if not drained else 0
+        replacements = self._replacements(name, current, outdated, min_idle, retiring) if rolling else 0
+        if replacements:
+            self.log_once.warning(
+                f"rollout:{name}",
+                f"pool {name}: idle runners on an image the pool no longer uses; replacing them "
+                f"{pool.rollout.max_surge} at a time (rollout.max_surge) with runners on image {self._image_of(name)}",
+            )
+            quota_short = await self._start(name, current, [], [], replacements, warm=replacements, rollout=True)
+        elif not outdated:
+            self.log_once.clear(f"rollout:{name}")
         if plan.create and ready:
             unbound_demand = pool.intake == "scale_set" and waiting > 0
             warm_free = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is None)
@@ -169,8 +200,10 @@ class Scaler:
             self._quota.not_waiting(name)
             if plan.create and self.creator.paused_s(name) > 0:
                 requeue_after = self.creator.paused_s(name)
-        if plan.surplus_idle:
-            grace_left = self._retire_surplus(name, current, plan.surplus_idle, drained, at_once=outranked > 0)
+        if surplus_idle:
+            grace_left = self._retire_surplus(
+                name, current, surplus_idle, drained, at_once=outranked > 0, outdated=outdated
+            )
             if grace_left is not None:
                 requeue_after = min(requeue_after or grace_left, grace_left)
         snapshot = PoolSnapshot(
@@ -232,6 +265,39 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
+    def _outdated(self, name: str, current: list[Runner]) -> list[Runner]:
+        """The pool's idle runners on an image other than the one its new runners get (a runner whose image is
+        not recorded is left alone)."""
+        image = self._image_of(name)
+        if image is None:
+            return []
+        return [
+            runner
+            for runner in current
+            if runner.state is RunnerState.IDLE
+            and runner.image_id is not None
+            and runner.image_id != image
+            and not self.supervisor.busy(runner.id)
+        ]
+
+    def _replacements(
+        self, name: str, current: list[Runner], outdated: list[Runner], min_idle: int, retiring: int
+    ) -> int:
+        """How many runners to start now in place of idle runners on an old image: no more than
+        `rollout.max_surge` in flight (replacements booting, replaced runners still being retired or deleted,
+        `retiring` of them this pass), no more than the pool keeps warm (outdated runners above that are
+        surplus, retired as such), within `max_runners`."""
+        pool = self._config().pools[name]
+        in_flight = retiring + sum(
+            1
+            for runner in current
+            if (runner.state in STARTING_STATES and runner.job_id is None)
+            or (runner.state is RunnerState.IDLE and self.supervisor.busy(runner.id))
+            or (runner.state is RunnerState.DELETING and runner.reason is Reason.IMAGE_ROLLOUT)
+        )
+        room = pool.max_runners - sum(1 for runner in current if runner.state in CAPACITY_STATES)
+        return max(min(len(outdated) - retiring, min_idle, pool.rollout.max_surge - in_flight, room), 0)
+
     async def _demand(self, name: str, needed: int, current: list[Runner]) -> tuple[list[QueuedJob], Demand, bool]:
         """The pool's queued jobs judged (`policy.judge_demand`) and, with `max_runners_per_repo`, capped per
         repository (`policy.cap_per_repository`), read a page at a time until `needed` of them count as demand
@@ -271,11 +337,13 @@ class Scaler:
         *,
         unbound_demand: bool = False,
         warm: int | None = None,
+        rollout: bool = False,
     ) -> list[str]:
         """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
         creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
         runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
         quota's headroom has room for; returns the resources that held some back (empty if none did).
+        `rollout`: they replace idle runners on an old image.
 
         With `max_runners_per_repo`, no more than `warm` runners are started for no job: each would register
         at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
@@ -322,7 +390,11 @@ class Scaler:
                 pool=name,
                 scope=scope(job_id),
                 labels=tuple(pool.labels),
-                reason=Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM,
+                reason=Reason.IMAGE_ROLLOUT
+                if rollout
+                else Reason.DEMAND
+                if job_id is not None or unbound_demand
+                else Reason.WARM,
                 job_id=job_id,
             )
             for job_id in for_jobs
@@ -367,11 +439,25 @@ class Scaler:
             self._quota.finished(runner.id)
 
     def _retire_surplus(
-        self, name: str, current: list[Runner], surplus: int, drained: bool, *, at_once: bool = False
+        self,
+        name: str,
+        current: list[Runner],
+        surplus: int,
+        drained: bool,
+        *,
+        at_once: bool = False,
+        outdated: Sequence[Runner] = (),
     ) -> float | None:
-        """Retire the oldest idle runners above what is wanted once they have idled `idle_grace` (`at_once`: a
-        pool of higher priority waits for their room); returns the seconds until the next one has (None if
-        none waits)."""
+        """Retire the idle runners above what is wanted: those on an image the pool no longer uses at once, then
+        the oldest once they have idled `idle_grace` (`at_once`: a pool of higher priority waits for their
+        room); returns the seconds until the next one has (None if none waits)."""
+        if outdated and not drained:
+            retiring = list(outdated[:surplus])
+            self.retire(retiring, [RunnerState.IDLE], Reason.IMAGE_ROLLOUT, "its image is no longer the pool's")
+            surplus -= len(retiring)
+            current = [runner for runner in current if runner not in retiring]
+            if not surplus:
+                return None
         grace = 0.0 if at_once else self._config().pools[name].idle_grace
         now = utcnow()
         idle = [

@@ -39,6 +39,7 @@ COLUMNS = (
     RUNNERS.c.github_runner_id,
     RUNNERS.c.job_id,
     RUNNERS.c.registered_at,
+    RUNNERS.c.image_id,
 )
 LIVE = [state.value for state in LIVE_STATES]
 CAPACITY = [state.value for state in CAPACITY_STATES]
@@ -73,6 +74,7 @@ def to_runner(row: Any) -> Runner:
         github_runner_id=row[11],
         job_id=row[12],
         registered_at=row[13],
+        image_id=row[14],
     )
 
 
@@ -200,6 +202,7 @@ MOVE = (
         reason=bindparam("code"),
         message=func.coalesce(bindparam("new_message", type_=Text()), RUNNERS.c.message),
         server_id=func.coalesce(bindparam("new_server_id", type_=String()), RUNNERS.c.server_id),
+        image_id=func.coalesce(bindparam("new_image_id", type_=String()), RUNNERS.c.image_id),
         github_runner_id=func.coalesce(
             bindparam("new_github_runner_id", type_=BigInteger()), RUNNERS.c.github_runner_id
         ),
@@ -234,6 +237,7 @@ def apply(
                 "code": move.reason.value,
                 "new_message": move.message,
                 "new_server_id": move.server_id,
+                "new_image_id": move.image_id,
                 "new_github_runner_id": move.github_runner_id,
                 "new_registered_at": move.registered_at,
             },
@@ -320,11 +324,12 @@ def live_of_pool(connection: Connection, pool: str, *, deleting: bool = True) ->
     found: dict[str, RunnerAndJob] = {}
     for row in connection.execute(query):
         runner = to_runner(row)
-        status = JobState(row[15]) if row[15] is not None else None
+        job_id, job_status, runners_started = row[len(COLUMNS) :]
+        status = JobState(job_status) if job_status is not None else None
         known = found.get(runner.id)
         # A runner takes one job; should two rows name it, the furthest along says the most.
         if known is None or (status is not None and (known.job_status is None or status.rank > known.job_status.rank)):
-            found[runner.id] = RunnerAndJob(runner, row[14], status, bool(row[16]))
+            found[runner.id] = RunnerAndJob(runner, job_id, status, bool(runners_started))
     return list(found.values())
 
 

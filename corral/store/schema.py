@@ -59,6 +59,8 @@ class Runner(Base):
     """Why it is in its state: a `corral.model.Reason`."""
     name: Mapped[str] = mapped_column(String(128), unique=True)
     server_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    image_id: Mapped[str | None] = mapped_column(String(64))
+    """The image its server was created from: a rollout replaces idle runners on an image no longer used."""
     github_runner_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     job_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     """The job this runner was started for, if any (demand-driven rather than warm)."""

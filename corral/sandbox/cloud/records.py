@@ -206,6 +206,7 @@ class ServerLife:
     errored_s: float | None = None
     delete_requested_s: float | None = None
     gone_s: float | None = None
+    image_id: str | None = None
 
     def view(self) -> dict[str, Any]:
         return {
@@ -213,6 +214,7 @@ class ServerLife:
             "name": self.name,
             "metadata": dict(self.metadata),
             "created_s": self.created_s,
+            "image_id": self.image_id,
             "active_s": self.active_s,
             "stopped_s": self.stopped_s,
             "errored_s": self.errored_s,

@@ -114,6 +114,7 @@ class CloudState:
     - `set_quota(**limits)`: instances, cores, ram, volumes, gigabytes for the sandbox project.
     - `quota_view()`: each quota's limit and what is in use.
     - `add_network(name, cidr)`: one more tenant network with a subnet.
+    - `add_image(name, properties, tags)`: one more active image, the newest (an image pipeline's upload).
     - `history()`: every server's lifetime (`ServerLife.view()`), deleted ones included, oldest first.
     - `reset()`: drop what was created at run time, restore default quotas and seeded resources.
     """
@@ -195,6 +196,24 @@ class CloudState:
         self.networks[network.id], self.subnets[subnet.id] = network, subnet
         self._next_ip[subnet.id] = int(block[2])
         return network
+
+    def add_image(self, name: str, properties: dict[str, str] | None = None, tags: list[str] | None = None) -> Image:
+        """An active image uploaded now, as an image pipeline would (the sandbox's Glance has no upload
+        call); for tests of image filters and rollouts. `reset()` forgets it."""
+        digest = secrets.token_hex(32)
+        image = Image(
+            id=str(uuid.uuid4()),
+            name=name,
+            size=2_361_393_152,
+            min_disk=10,
+            tags=list(tags or []),
+            properties=dict(properties or {}),
+            checksum=digest[:32],
+            os_hash_value=digest * 2,
+            created_at=iso_z(now()),
+        )
+        self.images[image.id] = image
+        return image
 
     def history(self) -> list[dict[str, Any]]:
         return [life.view() for life in self.lives.values()]
@@ -315,7 +334,9 @@ class CloudState:
         )
         server.port_ids = [self._plug(server, nic) for nic in request.nics]
         self.servers[server.id] = server
-        self.lives[server.id] = ServerLife(server.id, server.name, dict(server.metadata), time.time())
+        self.lives[server.id] = ServerLife(
+            server.id, server.name, dict(server.metadata), time.time(), image_id=server.image_id or None
+        )
         while len(self.lives) > HISTORY_LIMIT:
             self.lives.popitem(last=False)
         self.used.update(instances=1, cores=request.flavor.vcpus, ram=request.flavor.ram)

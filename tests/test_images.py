@@ -1,0 +1,134 @@
+"""A pool's image as a Glance filter, and image rollouts: a new upload (or a new `image`) replaces the pool's idle
+runners a few at a time, never a busy one, against the sandbox's Glance and Nova."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.cloud.images import ImageFilter
+from corral.cloud.openstack import OpenStackProvider
+from corral.cloud.provider import ServerSpec
+from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral.model import Reason, Runner, RunnerState
+from corral.sandbox.server import Sandbox
+from tests.conftest import StartCorral
+from tests.waiting import wait_until
+
+ORG = "octo-org"
+UBUNTU = ImageFilter(properties=(("os_distro", "ubuntu"),), tags=("runner",))
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'corral.db'}"
+
+
+@pytest.fixture
+def provider(sandbox: Sandbox) -> Any:
+    cloud = OpenStackProvider(sandbox_connection(sandbox.info), "images-test")
+    yield cloud
+    cloud.close()
+
+
+def upload(sandbox: Sandbox, name: str, properties: dict[str, str], tags: list[str]) -> str:
+    """An image uploaded now, as an image pipeline would: the newest in the sandbox's Glance."""
+    return str(sandbox.call(lambda: sandbox.world.cloud.add_image(name, properties, tags)).id)
+
+
+def seeded_image(sandbox: Sandbox, name: str) -> str:
+    return next(image.id for image in sandbox.world.cloud.images.values() if image.name == name)
+
+
+def test_an_image_filter_means_the_newest_active_image_that_matches(sandbox: Sandbox, provider: Any) -> None:
+    spec = ServerSpec(name="check", image=UBUNTU, flavor="m1.small", networks=("private",))
+    assert provider.check_pool(spec) == []
+    assert provider.image_id(spec) == seeded_image(sandbox, "ubuntu-24.04-runner")
+
+    newer = upload(sandbox, "ubuntu-24.04-runner-20261202", {"os_distro": "ubuntu"}, ["runner"])
+    upload(sandbox, "ubuntu-untagged", {"os_distro": "ubuntu"}, [])  # newest, but lacks the tag
+    upload(sandbox, "debian-runner", {"os_distro": "debian"}, ["runner"])  # newest, other distribution
+    assert provider.image_id(spec) != newer, "a resolved image is kept until the pool's next check"
+    assert provider.check_pool(spec) == []
+    assert provider.image_id(spec) == newer
+
+    server = provider.create_server(ServerSpec(name="by-filter", image=UBUNTU, flavor="m1.small", metadata={}))
+    assert server.image_id == newer
+    assert sandbox.world.cloud.servers[server.id].image_id == newer, "Nova was asked for the newest upload"
+
+
+def test_a_filter_nothing_matches_makes_the_pool_not_ready_with_the_filter_named(provider: Any) -> None:
+    nothing = ImageFilter(properties=(("os_distro", "plan9"),), tags=("runner",))
+    problems = provider.check_pool(ServerSpec(name="check", image=nothing, flavor="m1.small"))
+    assert problems == ["no image is newest active image with os_distro=plan9, tag runner"]
+
+
+def image_pool(**overrides: Any) -> dict[str, Any]:
+    image = {"properties": {"os_distro": "ubuntu"}, "tags": ["runner"]}
+    return pool_spec(["linux"], image=image, min_idle=10, max_runners=20, rollout={"max_surge": 2}, **overrides)
+
+
+def most_servers_at_once(history: list[dict[str, Any]], since: float) -> int:
+    """The most servers that existed at one moment from `since` on (a server exists from its create until
+    Nova has deleted it), replayed exactly from the sandbox's record of every server's life."""
+    moments = sorted({since, *(life["created_s"] for life in history if life["created_s"] >= since)})
+    return max(
+        sum(1 for life in history if life["created_s"] <= moment and (life["gone_s"] or float("inf")) > moment)
+        for moment in moments
+    )
+
+
+def idle_images(corral: LocalCorral) -> list[str | None]:
+    return [runner.image_id for runner in corral.runners(pool="linux", states=[RunnerState.IDLE])]
+
+
+def test_a_new_upload_replaces_idle_runners_max_surge_at_a_time_and_leaves_busy_ones(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
+) -> None:
+    tuning = {"pool_recheck": "1s"}
+    corral = start_corral(document=corral_config(sandbox.info, database_url, {"linux": image_pool()}, tuning=tuning))
+    old = seeded_image(sandbox, "ubuntu-24.04-runner")
+    wait_until(lambda: idle_images(corral) == [old] * 10, timeout=60, what="ten warm runners on the seeded image")
+    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["linux"], "duration": 600}).json()
+    busy = wait_until(
+        lambda: next(iter(corral.runners(pool="linux", states=[RunnerState.BUSY])), None), what="a runner busy"
+    )
+    wait_until(lambda: len(idle_images(corral)) == 10, timeout=60, what="ten warm runners again beside the busy one")
+
+    history_from = max(life["created_s"] for life in control.get("/servers").json())
+    new = upload(sandbox, "ubuntu-24.04-runner-20261202", {"os_distro": "ubuntu"}, ["runner"])
+    wait_until(lambda: idle_images(corral) == [new] * 10, timeout=90, what="ten warm runners on the new upload")
+
+    history = control.get("/servers").json()
+    assert most_servers_at_once(history, history_from) <= 11 + 2, "at most max_surge servers above the pool's own"
+    still_busy = corral.runners(pool="linux", states=[RunnerState.BUSY])
+    assert [runner.id for runner in still_busy] == [busy.id], "the busy runner was left to finish its job"
+    assert still_busy[0].image_id == old
+    assert control.get(f"/jobs/{job['id']}").json()["status"] == "in_progress"
+
+    def replaced() -> list[Runner]:
+        deleted = corral.runners(pool="linux", states=[RunnerState.DELETING, RunnerState.DELETED])
+        return [r for r in deleted if any(event.reason is Reason.IMAGE_ROLLOUT for event in corral.events(r.id))]
+
+    assert {runner.image_id for runner in replaced()} == {old}, "only runners on the old image were replaced"
+    wait_until(lambda: len(replaced()) == 10, what="the ten old runners replaced")
+    started = corral.runners(pool="linux")
+    assert sum(runner.image_id == new for runner in started) == 10, "no replacement was started twice"
+
+
+def test_changing_a_pools_image_rolls_its_idle_runners_over(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str
+) -> None:
+    pools = {"linux": pool_spec(["linux"], min_idle=3, max_runners=6)}
+    document = corral_config(sandbox.info, database_url, pools)
+    corral = start_corral(document=document)
+    wait_until(
+        lambda: idle_images(corral) == [seeded_image(sandbox, "ubuntu-24.04-runner")] * 3, timeout=60, what="warm"
+    )
+    document["pools"]["linux"]["image"] = "cirros"
+    corral.reload(document)
+    cirros = seeded_image(sandbox, "cirros")
+    wait_until(lambda: idle_images(corral) == [cirros] * 3, timeout=60, what="three warm runners on cirros")
