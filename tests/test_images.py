@@ -12,6 +12,7 @@ import pytest
 from corral.cloud.images import ImageFilter
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import ServerSpec
+from corral.config import ConfigError, parse_config
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.model import Reason, Runner, RunnerState
 from corral.sandbox.server import Sandbox
@@ -66,6 +67,22 @@ def test_a_filter_nothing_matches_makes_the_pool_not_ready_with_the_filter_named
     assert problems == ["no image is newest active image with os_distro=plan9, tag runner"]
 
 
+@pytest.mark.parametrize(
+    ("image", "words"),
+    [
+        ({}, "pools.small.image: a filter needs properties or tags"),
+        ({"properties": {"os_distro": "ubuntu"}, "tag": ["runner"]}, "pools.small.image.tag: unknown key"),
+        ({"properties": {"os_distro": ["ubuntu"]}}, "pools.small.image.properties.os_distro"),
+        ("", "pools.small.image"),
+    ],
+)
+def test_an_image_that_cannot_work_is_refused_naming_the_key(image: Any, words: str) -> None:
+    document = {"github": {"token": "ghp_x"}, "pools": {"small": {**pool_spec(["small"]), "image": image}}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(document)
+    assert words in str(refused.value), str(refused.value)
+
+
 def image_pool(**overrides: Any) -> dict[str, Any]:
     image = {"properties": {"os_distro": "ubuntu"}, "tags": ["runner"]}
     return pool_spec(["linux"], image=image, min_idle=10, max_runners=20, rollout={"max_surge": 2}, **overrides)
@@ -98,6 +115,8 @@ def test_a_new_upload_replaces_idle_runners_max_surge_at_a_time_and_leaves_busy_
     )
     wait_until(lambda: len(idle_images(corral)) == 10, timeout=60, what="ten warm runners again beside the busy one")
 
+    # Nova takes a while to delete a server: the replaced runner's server counts until it is gone.
+    control.put("/timings", json={"delete_delay": 1.5}).raise_for_status()
     history_from = max(life["created_s"] for life in control.get("/servers").json())
     new = upload(sandbox, "ubuntu-24.04-runner-20261202", {"os_distro": "ubuntu"}, ["runner"])
     wait_until(lambda: idle_images(corral) == [new] * 10, timeout=90, what="ten warm runners on the new upload")
@@ -132,3 +151,6 @@ def test_changing_a_pools_image_rolls_its_idle_runners_over(
     corral.reload(document)
     cirros = seeded_image(sandbox, "cirros")
     wait_until(lambda: idle_images(corral) == [cirros] * 3, timeout=60, what="three warm runners on cirros")
+    with corral.api() as api:
+        listed = api.get("/api/v1/runners", params={"state": "idle"}).json()
+    assert [runner["image_id"] for runner in listed] == [cirros] * 3, "the API says which image each runner has"

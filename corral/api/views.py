@@ -187,6 +187,8 @@ class RunnerView(BaseModel):
     message: str | None
     """What the cloud or GitHub said, when it failed."""
     server_id: str | None
+    image_id: str | None
+    """The image its server was made from (a rollout replaces idle runners on one the pool no longer uses)."""
     github_runner_id: int | None
     job_id: int | None
     labels: list[str]
@@ -205,6 +207,7 @@ class RunnerView(BaseModel):
             reason=runner.reason.value,
             message=runner.message,
             server_id=runner.server_id,
+            image_id=runner.image_id,
             github_runner_id=runner.github_runner_id,
             job_id=runner.job_id,
             labels=list(runner.labels),
