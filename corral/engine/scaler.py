@@ -385,16 +385,17 @@ class Scaler:
                 return pool.scope.key
             return f"repo:{repository[job_id]}"
 
+        def reason(job_id: int | None) -> Reason:
+            if rollout:
+                return Reason.IMAGE_ROLLOUT
+            return Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM
+
         intents = [
             NewRunner(
                 pool=name,
                 scope=scope(job_id),
                 labels=tuple(pool.labels),
-                reason=Reason.IMAGE_ROLLOUT
-                if rollout
-                else Reason.DEMAND
-                if job_id is not None or unbound_demand
-                else Reason.WARM,
+                reason=reason(job_id),
                 job_id=job_id,
             )
             for job_id in for_jobs
