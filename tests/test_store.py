@@ -244,6 +244,17 @@ def test_history_older_than_retention_is_pruned_in_batches(store: Store) -> None
     assert store.run_blocking(runners.events, runner.id) == []
 
 
+def test_an_old_holder_closing_its_session_late_leaves_the_new_holders_session_shown(store: Store) -> None:
+    """A scale-set pool moved: its new holder opened a session before the old one had recorded closing its
+    own. The late close must not make every replica show the pool's session as closed."""
+    store.run_blocking(pools.set_scale_set, "scaled", 7, "old-session")
+    store.run_blocking(pools.set_scale_set, "scaled", 7, "new-session")
+    store.run_blocking(pools.release_session, "scaled", "old-session")
+    assert store.run_blocking(pools.statuses)["scaled"].scale_set_session == "new-session"
+    store.run_blocking(pools.release_session, "scaled", "new-session")
+    assert store.run_blocking(pools.statuses)["scaled"].scale_set_session is None
+
+
 def test_pool_status_round_trip(store: Store) -> None:
     store.run_blocking(pools.publish, "small", generation=3, ready=False, reason="image 'x' not found", removed=False)
     store.run_blocking(pools.publish, "small", generation=4, ready=True, reason=None, removed=False)

@@ -213,7 +213,7 @@ class ScaleSetListener:
             old = Session(stale_id, self._scale_set.id, "", "", Statistics())
             with contextlib.suppress(NotFound):
                 await self._service.delete_session(old)
-            await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, None)
+            await self._store.run(pools.release_session, self.pool, stale_id)
             session = await self._service.create_session(self._scale_set.id, self._owner)
         await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, session.id)
         self._session = session
@@ -277,8 +277,9 @@ class ScaleSetListener:
     async def _session_ended(self) -> None:
         self._recovered("session_evicted")
         logger.warning("pool %s: the session was ended on GitHub's side; opening a new one", self.pool)
-        self._session = None
-        await self._store.run(pools.set_scale_set, self.pool, self.scale_set_id, None)
+        ended, self._session = self._session, None
+        if ended is not None:
+            await self._store.run(pools.release_session, self.pool, ended.id)
 
     async def _handle(self, session: Session, message: QueueMessage) -> None:
         """Acknowledge first (as GitHub's own listener does), then acquire what is available, then scale."""
@@ -321,7 +322,7 @@ class ScaleSetListener:
         session, self._session = self._session, None
         try:
             await self._service.delete_session(session)
-            await self._store.run(pools.set_scale_set, self.pool, session.scale_set_id, None)
+            await self._store.run(pools.release_session, self.pool, session.id)
         except (GitHubError, OSError) as exc:
             logger.warning("pool %s: could not close the scale set session: %s", self.pool, exc)
 

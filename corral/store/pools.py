@@ -53,6 +53,16 @@ def set_scale_set(connection: Connection, name: str, scale_set_id: int | None, s
     _upsert(connection, name, scale_set_id=scale_set_id, scale_set_session=session)
 
 
+def release_session(connection: Connection, name: str, session: str) -> None:
+    """The holder that opened `session` has closed it: the pool shows none open, unless a newer holder has
+    already recorded its own (an old holder closing late must not erase the new one's)."""
+    connection.execute(
+        update(POOLS)
+        .where(POOLS.c.name == name, POOLS.c.scale_set_session == session)
+        .values(scale_set_session=None, updated_at=utcnow())
+    )
+
+
 _NEW_ROW = {"applied_generation": 0, "ready": False, "removed": False, "drained": False}
 """What a pool's first row says about whatever its first write does not set."""
 
