@@ -299,6 +299,11 @@ class RolloutConfig(StrictModel):
     max_surge: int = Field(default=1, ge=1, le=1000)
     """Replacement runners started at once, above what the pool keeps: each idle runner on the old image is
     retired once a replacement is online. Busy runners are never touched: they end with their job."""
+    max_failure_rate: float = Field(default=0.5, ge=0.0, lt=1.0)
+    """Share of runners on a new image that may fail to come online; above it, once `min_boots` were judged,
+    the pool rolls back to the image in service before."""
+    min_boots: int = Field(default=3, ge=1, le=1000)
+    """Runners on a new image judged (online or failed) before it is rolled back or put in service."""
 
 
 class PoolConfig(StrictModel):

@@ -68,6 +68,12 @@ QUOTA_HEADROOM = Gauge(
 )
 
 
+IMAGE_ROLLBACKS = Counter(
+    "corral_image_rollbacks_total",
+    "Rollouts of a new image a pool rolled back, as too many of its runners failed to come online",
+    ["pool"],
+    registry=REGISTRY,
+)
 QUOTA_DEFERRALS = Counter(
     "corral_quota_deferrals_total",
     "Runners a pool wanted but did not start, because the project's quota headroom had no room for them",

@@ -131,6 +131,8 @@ class Reason(StrEnum):
     """A scale set's idle runner that no job comes to: the scale set was replaced."""
     IMAGE_ROLLOUT = "image_rollout"
     """Started to replace an idle runner on an image the pool no longer uses, or retired as one replaced."""
+    IMAGE_ROLLBACK = "image_rollback"
+    """The same, as the pool rolled back from a new image whose runners failed to come online."""
     """Its scale set was deleted on GitHub (or renamed) and another took its place: GitHub hands it no job."""
     GONE = "gone"
     """Server and registration are both gone."""

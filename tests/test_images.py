@@ -3,6 +3,8 @@ runners a few at a time, never a busy one, against the sandbox's Glance and Nova
 
 from __future__ import annotations
 
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +87,9 @@ def test_an_image_that_cannot_work_is_refused_naming_the_key(image: Any, words: 
 
 def image_pool(**overrides: Any) -> dict[str, Any]:
     image = {"properties": {"os_distro": "ubuntu"}, "tags": ["runner"]}
-    return pool_spec(["linux"], image=image, min_idle=10, max_runners=20, rollout={"max_surge": 2}, **overrides)
+    return pool_spec(
+        ["linux"], **{"image": image, "min_idle": 10, "max_runners": 20, "rollout": {"max_surge": 2}, **overrides}
+    )
 
 
 def most_servers_at_once(history: list[dict[str, Any]], since: float) -> int:
@@ -134,6 +138,8 @@ def test_a_new_upload_replaces_idle_runners_max_surge_at_a_time_and_leaves_busy_
 
     assert {runner.image_id for runner in replaced()} == {old}, "only runners on the old image were replaced"
     wait_until(lambda: len(replaced()) == 10, what="the ten old runners replaced")
+    with corral.api() as api:
+        assert pools_by_name(api)["linux"]["rollout"] is None, "the new image came online: it is in service"
     started = corral.runners(pool="linux")
     assert sum(runner.image_id == new for runner in started) == 10, "no replacement was started twice"
 
@@ -154,3 +160,50 @@ def test_changing_a_pools_image_rolls_its_idle_runners_over(
     with corral.api() as api:
         listed = api.get("/api/v1/runners", params={"state": "idle"}).json()
     assert [runner["image_id"] for runner in listed] == [cirros] * 3, "the API says which image each runner has"
+
+
+def test_a_new_image_whose_runners_fail_to_boot_is_rolled_back_and_the_pool_keeps_serving(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
+) -> None:
+    rollout = {"max_surge": 2, "min_boots": 2, "max_failure_rate": 0.5}
+    pools = {"linux": image_pool(min_idle=4, max_runners=10, rollout=rollout)}
+    corral = start_corral(document=corral_config(sandbox.info, database_url, pools, tuning={"pool_recheck": "1s"}))
+    old = seeded_image(sandbox, "ubuntu-24.04-runner")
+    wait_until(lambda: idle_images(corral) == [old] * 4, timeout=60, what="four warm runners on the seeded image")
+
+    broken = str(uuid.uuid4())
+    control.put("/faults", json={"world": {"failing_images": [broken]}}).raise_for_status()
+    sandbox.call(lambda: sandbox.world.cloud.add_image("ubuntu-broken", {"os_distro": "ubuntu"}, ["runner"], broken))
+
+    def rollout_view() -> dict[str, Any] | None:
+        with corral.api() as api:
+            view: dict[str, Any] | None = pools_by_name(api)["linux"]["rollout"]
+            return view
+
+    rolled = wait_until(
+        lambda: (view := rollout_view()) is not None and view["rolled_back"] and view, timeout=60, what="a rollback"
+    )
+    assert (rolled["from_image"], rolled["to_image"], rolled["online"]) == (old, broken, 0)
+    assert rolled["failed"] >= 2
+    with corral.api() as api:
+        metrics = api.get("/metrics").text
+    assert re.search(r'^corral_image_rollbacks_total\{pool="linux"\} [1-9]', metrics, re.MULTILINE), "counted"
+
+    # The pool keeps serving from the old image: its warm runners stay, a job runs, its replacement boots.
+    job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["linux"], "duration": 0}).json()
+    done = wait_until(
+        lambda: (view := control.get(f"/jobs/{job['id']}").json())["status"] == "completed" and view, what="the job"
+    )
+
+    def warm_again() -> bool:
+        idle = corral.runners(pool="linux", states=[RunnerState.IDLE])
+        fresh = [runner for runner in idle if runner.name != done["runner_name"]]
+        return len(fresh) == 4 and {runner.image_id for runner in fresh} == {old}
+
+    wait_until(warm_again, timeout=60, what="four warm runners on the old image, the job's runner replaced")
+    on_broken = [runner for runner in corral.runners(pool="linux") if runner.image_id == broken]
+    assert len(on_broken) == rolled["failed"], "no runner was started on the broken image after the rollback"
+
+
+def pools_by_name(api: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {pool["name"]: pool for pool in api.get("/api/v1/pools").json()}

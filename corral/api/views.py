@@ -18,6 +18,19 @@ from corral.store.leases import LeaseRow, ReplicaRow
 from corral.usage import UsageRow
 
 
+class RolloutView(BaseModel):
+    """A pool's move to a new image, as its holder judges it (see docs/configuration.md, rollouts)."""
+
+    from_image: str
+    to_image: str
+    online: int
+    """Runners on the new image that came online..."""
+    failed: int
+    """...and that failed to (their server went to ERROR, vanished, or never registered)."""
+    rolled_back: bool
+    """Too many failed: new runners get `from_image` until the pool's image changes again."""
+
+
 class PoolView(BaseModel):
     name: str
     default: bool
@@ -62,10 +75,25 @@ class PoolView(BaseModel):
     quota_short: list[str] = []
     """Resources whose headroom held back runners the pool wanted on its last pass: it waits for the quota
     (a create the headroom shows refused is never sent)."""
+    rollout: RolloutView | None = None
+    """A change of image under way or rolled back, for a pool this replica holds (None otherwise)."""
     job_messages: int | None = None
     """Job messages a scale-set pool's listener handled since its replica took the pool (None elsewhere)."""
     recoveries: int | None = None
     """...and how often it recovered (a token renewed, a session opened anew, a scale set created again)."""
+
+
+def rollout_view(engine: Engine, name: str) -> RolloutView | None:
+    rollout = engine.rollouts.rollout(name) if engine.leases.holds(name) else None
+    if rollout is None:
+        return None
+    return RolloutView(
+        from_image=rollout.from_image,
+        to_image=rollout.to_image,
+        online=rollout.online,
+        failed=rollout.failed,
+        rolled_back=rollout.rolled_back,
+    )
 
 
 async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
@@ -135,6 +163,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 quota_short=list(snapshot.quota_short),
                 job_messages=job_messages,
                 recoveries=recoveries,
+                rollout=rollout_view(engine, name),
             )
         )
     return views

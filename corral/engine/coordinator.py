@@ -52,6 +52,7 @@ from corral.engine.messages import Answers
 from corral.engine.observe import Observation, Observer, observe
 from corral.engine.pauses import PoolPauses
 from corral.engine.quota import QuotaBudget
+from corral.engine.rollouts import Rollouts
 from corral.engine.scaler import Scaler
 from corral.engine.scalesets import ScaleSetIntake
 from corral.engine.status import PoolSnapshot, StatusPublisher
@@ -128,6 +129,7 @@ class Engine:
         self.checker = PoolChecker(
             cloud, self._cloud_threads, self.log_once, clock, lambda: self.config.tuning.pool_recheck
         )
+        self.rollouts = Rollouts(lambda: self.config)
         self.scalesets = ScaleSetIntake(
             lambda: self.config, github, store, replica, lambda pool: self.workers.wake(pool), self.log_once
         )
@@ -141,11 +143,14 @@ class Engine:
             max_concurrent_creates=config.cloud.max_concurrent_creates,
             jit_concurrency=config.tuning.jit_concurrency,
             scale_set_jit=self.scalesets.jit_config,
+            pinned_image=self.rollouts.pinned,
         )
         self.cleaner = Cleaner(self.mover, cloud, github, self._cloud_threads, self.log_once)
         self.jobs = JobTracker(store, github, self.log_once, clock)
         self.status = StatusPublisher(store)
-        self.judge = RunnerJudge(lambda: self.config, self.mover, self.supervisor, self.creator, self._ask_github_in)
+        self.judge = RunnerJudge(
+            lambda: self.config, self.mover, self.supervisor, self.creator, self._ask_github_in, self.rollouts
+        )
         self.quota = QuotaBudget(clock)
         self.scaler = Scaler(
             config=lambda: self.config,
@@ -163,7 +168,8 @@ class Engine:
             scale_sets=self.scalesets,
             quota=self.quota,
             server_cost=self.checker.cost,
-            image_of=self.checker.image_id,
+            image_of=lambda pool: self.rollouts.image(pool, self.checker.image_id(pool)),
+            rolled_back=lambda pool: self.rollouts.pinned(pool) is not None,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)

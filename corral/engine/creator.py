@@ -48,8 +48,11 @@ class Failure:
     wait_at_least_s: float = 0.0
 
 
-def server_spec(config: CorralConfig, pool_name: str, runner: Runner | None, user_data: str = "") -> ServerSpec:
-    """The server a pool's runner gets (`runner` None: a stand-in, for checking the pool)."""
+def server_spec(
+    config: CorralConfig, pool_name: str, runner: Runner | None, user_data: str = "", *, image: str | None = None
+) -> ServerSpec:
+    """The server a pool's runner gets (`runner` None: a stand-in, for checking the pool); `image` pins an
+    image id in place of what the pool's `image` names (a rolled-back rollout's)."""
     pool = config.pools[pool_name]
     metadata = {
         **pool.metadata,
@@ -59,7 +62,7 @@ def server_spec(config: CorralConfig, pool_name: str, runner: Runner | None, use
     }
     return ServerSpec(
         name=runner.name if runner else "check",
-        image=pool.image_ref,
+        image=image or pool.image_ref,
         flavor=pool.flavor,
         networks=tuple(pool.networks),
         security_groups=tuple(pool.security_groups),
@@ -89,6 +92,7 @@ class Creator:
         max_concurrent_creates: int,
         jit_concurrency: int,
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
+        pinned_image: Callable[[str], str | None] = lambda _: None,
     ) -> None:
         """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
         scale set itself (they then belong to it); other pools' come from the REST API."""
@@ -102,6 +106,8 @@ class Creator:
         self._cloud_slots = asyncio.Semaphore(max_concurrent_creates)
         self._jit_slots = asyncio.Semaphore(jit_concurrency)
         self._scale_set_jit = scale_set_jit
+        self._pinned_image = pinned_image
+        """The image id a pool's runners must be created from instead of its `image` (rolled back), if any."""
 
     async def came_online(self, pool: str) -> None:
         """A runner of the pool came online: the whole way from intent to runner works, so any backoff ends.
@@ -159,7 +165,7 @@ class Creator:
         except UserDataError as exc:
             await self.fail(creating, Failure(Reason.USER_DATA_INVALID, str(exc)))
             return
-        spec = server_spec(config, runner.pool, creating, user_data)
+        spec = server_spec(config, runner.pool, creating, user_data, image=self._pinned_image(runner.pool))
         try:
             server = await self._create_server(spec)
         except CloudError as exc:

@@ -13,6 +13,7 @@ from corral.clock import utcnow
 from corral.config import CorralConfig
 from corral.engine.creator import Creator
 from corral.engine.observe import Observation
+from corral.engine.rollouts import Rollouts
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
 from corral.metrics import RUNNER_BOOT_SECONDS
@@ -38,6 +39,7 @@ class RunnerJudge:
         supervisor: Supervisor,
         creator: Creator,
         ask_github: Callable[[float], None],
+        rollouts: Rollouts | None = None,
     ) -> None:
         """`ask_github(after_s)` is called when a job's fate became uncertain: GitHub is asked about it then."""
         self._config = config
@@ -45,6 +47,8 @@ class RunnerJudge:
         self.supervisor = supervisor
         self.creator = creator
         self._ask_github = ask_github
+        self._rollouts = rollouts or Rollouts(config)
+        """Told which runners came online or failed to: a rollout judges its new image by them."""
         self._noted_active: dict[str, None] = {}
         """Runners whose ACTIVE server is already noted (insertion-ordered, the oldest forgotten first)."""
 
@@ -135,8 +139,10 @@ class RunnerJudge:
         # done from booting, which is when `_transition` sets its `registered_at`.
         if transition.reason is Reason.CAME_ONLINE or transition.registered_at is not None:
             await self.creator.came_online(transition.runner.pool)
+            self._rollouts.came_online(transition.runner)
         elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
             await self.creator.booting_failed(transition.runner, transition.reason, transition.message)
+            self._rollouts.boot_failed(transition.runner)
 
     def _transition(self, runner: Runner, row: RunnerAndJob, verdict: Verdict) -> Transition:
         registered_at = None

@@ -33,6 +33,8 @@ from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
 
+ROLLOUT_REASONS = frozenset({Reason.IMAGE_ROLLOUT, Reason.IMAGE_ROLLBACK})
+
 ENDED_BY_GITHUB = {
     Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
     Reason.SCALE_SET_REPLACED: "its scale set is gone on GitHub: no job comes to it",
@@ -90,6 +92,7 @@ class Scaler:
         quota: QuotaBudget | None = None,
         server_cost: Callable[[str], ServerCost | None] = lambda _: None,
         image_of: Callable[[str], str | None] = lambda _: None,
+        rolled_back: Callable[[str], bool] = lambda _: False,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
@@ -111,6 +114,8 @@ class Scaler:
         self._server_cost = server_cost
         self._image_of = image_of
         """The image a pool's new runners get, as last checked: idle runners on another are replaced."""
+        self._rolled_back = rolled_back
+        """Whether a pool rolled back from a new image (its replacements then say so)."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
 
@@ -293,7 +298,7 @@ class Scaler:
             for runner in current
             if (runner.state in STARTING_STATES and runner.job_id is None)
             or (runner.state is RunnerState.IDLE and self.supervisor.busy(runner.id))
-            or (runner.state is RunnerState.DELETING and runner.reason is Reason.IMAGE_ROLLOUT)
+            or (runner.state is RunnerState.DELETING and runner.reason in ROLLOUT_REASONS)
         )
         room = pool.max_runners - sum(1 for runner in current if runner.state in CAPACITY_STATES)
         return max(min(len(outdated) - retiring, min_idle, pool.rollout.max_surge - in_flight, room), 0)
@@ -387,7 +392,7 @@ class Scaler:
 
         def reason(job_id: int | None) -> Reason:
             if rollout:
-                return Reason.IMAGE_ROLLOUT
+                return Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
             return Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM
 
         intents = [
@@ -454,7 +459,8 @@ class Scaler:
         room); returns the seconds until the next one has (None if none waits)."""
         if outdated and not drained:
             retiring = list(outdated[:surplus])
-            self.retire(retiring, [RunnerState.IDLE], Reason.IMAGE_ROLLOUT, "its image is no longer the pool's")
+            reason = Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
+            self.retire(retiring, [RunnerState.IDLE], reason, "its image is no longer the pool's")
             surplus -= len(retiring)
             current = [runner for runner in current if runner not in retiring]
             if not surplus:

@@ -59,6 +59,8 @@ class WorldFaults:
 
     boot_failure_rate: float = 0.0
     """Share of servers that go to ERROR (with a fault) instead of ACTIVE."""
+    failing_images: list[str] = field(default_factory=list)
+    """Image ids whose servers all go to ERROR instead of ACTIVE: a broken upload."""
     never_register_rate: float = 0.0
     """Share of servers that boot with a valid JIT config but whose runner never comes online."""
     webhook_drop_rate: float = 0.0
@@ -88,6 +90,8 @@ class WorldFaults:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise FaultSpecError(f"world fault: '{name}' must be between 0 and 1, got {value!r}")
+        if not isinstance(self.failing_images, list) or not all(isinstance(i, str) for i in self.failing_images):
+            raise FaultSpecError("world fault: 'failing_images' must be a list of image ids")
         if self.secondary_retry_after < 0:
             raise FaultSpecError("world fault: 'secondary_retry_after' must not be negative")
 

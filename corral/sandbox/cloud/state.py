@@ -197,12 +197,19 @@ class CloudState:
         self._next_ip[subnet.id] = int(block[2])
         return network
 
-    def add_image(self, name: str, properties: dict[str, str] | None = None, tags: list[str] | None = None) -> Image:
+    def add_image(
+        self,
+        name: str,
+        properties: dict[str, str] | None = None,
+        tags: list[str] | None = None,
+        image_id: str | None = None,
+    ) -> Image:
         """An active image uploaded now, as an image pipeline would (the sandbox's Glance has no upload
-        call); for tests of image filters and rollouts. `reset()` forgets it."""
+        call); for tests of image filters and rollouts (`image_id`: known in advance, to break it first).
+        `reset()` forgets it."""
         digest = secrets.token_hex(32)
         image = Image(
-            id=str(uuid.uuid4()),
+            id=image_id or str(uuid.uuid4()),
             name=name,
             size=2_361_393_152,
             min_disk=10,
@@ -391,7 +398,8 @@ class CloudState:
         server = self.servers.get(server_id)
         if server is None or server.deleting:
             return
-        if self.world.faults.chance(self.world.faults.world.boot_failure_rate):
+        broken = server.image_id and server.image_id in self.world.faults.world.failing_images
+        if broken or self.world.faults.chance(self.world.faults.world.boot_failure_rate):
             self._fail(server_id, NO_VALID_HOST)
             return
         moment = now()
