@@ -60,6 +60,13 @@ def describe(ref: ImageRef) -> str:
     return ref.describe() if isinstance(ref, ImageFilter) else f"image {ref!r}"
 
 
+def not_found(ref: ImageRef) -> str:
+    """What a pool problem (and the doctor) says when `ref` means no image."""
+    if isinstance(ref, ImageFilter):
+        return f"no image is {ref.describe().removeprefix('the ')}"
+    return f"{describe(ref)} does not exist in this cloud"
+
+
 def _as_text(value: object) -> str:
     """Glance returns most properties as strings, but some (os_hidden, min_ram) as JSON booleans or numbers."""
     if isinstance(value, bool):
@@ -85,5 +92,5 @@ def find_image(connection: Connection, ref: ImageRef) -> Any | None:
     try:
         return connection.image.find_image(ref, ignore_missing=True)
     except os_exceptions.DuplicateResource:
-        active = [image for image in connection.image.images(name=ref) if image.status == "active"]
-        return max(active, key=lambda image: image.created_at or "", default=None)
+        shared = ImageFilter(name=ref)
+        return newest(connection.image.images(**shared.query()), shared)

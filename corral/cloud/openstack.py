@@ -29,7 +29,7 @@ from openstack import exceptions as os_exceptions
 from openstack import utils as os_utils
 from openstack.compute.v2.server import Server
 
-from corral.cloud.images import ImageFilter, ImageRef, find_image
+from corral.cloud.images import ImageRef, find_image, not_found
 from corral.cloud.images import describe as describe_image
 from corral.cloud.provider import (
     META_INSTALLATION,
@@ -224,11 +224,7 @@ class OpenStackProvider:
         what = describe_image(name) if kind == "image" else f"{kind} {name!r}"
         found = self._idempotent(f"find {what}", lambda: finders[kind](name))
         if found is None:
-            raise CloudResourceMissing(
-                f"no image is {what.removeprefix('the ')}"
-                if isinstance(name, ImageFilter)
-                else f"{what} does not exist in this cloud"
-            )
+            raise CloudResourceMissing(not_found(name) if kind == "image" else f"{what} does not exist in this cloud")
         with self._lock:
             self._ids[key] = found.id
             if kind == "flavor":

@@ -18,7 +18,7 @@ from keystoneauth1.access import AccessInfo
 from openstack import utils as os_utils
 from os_service_types import ServiceTypes
 
-from corral.cloud.images import ImageFilter, find_image
+from corral.cloud.images import ImageFilter, find_image, not_found
 from corral.cloud.images import describe as describe_image
 from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
 from corral.cloud.quota import Headroom, fit, ports_per_server
@@ -240,18 +240,13 @@ class CloudDoctor:
             self.section.failed(item, str(exc), "see the cloud's answer above; run the doctor again once it works")
             return
         key = f"pools.{pool_name}.image"
-        if image is None and isinstance(ref, ImageFilter):
-            self.section.failed(
-                item,
-                f"no image is {what.removeprefix('the ')} (or this project cannot see it)",
-                f"upload one, or change {key} (`openstack image list --long` shows images' properties)",
+        if image is None:
+            fix = (
+                f"upload one, or change {key} (`openstack image list --long` shows images' properties)"
+                if isinstance(ref, ImageFilter)
+                else f"set {key} to the name or id of an existing image (`openstack image list`)"
             )
-        elif image is None:
-            self.section.failed(
-                item,
-                f"{what} does not exist in this cloud (or this project cannot see it)",
-                f"set {key} to the name or id of an existing image (`openstack image list`)",
-            )
+            self.section.failed(item, f"{not_found(ref)} (or this project cannot see it)", fix)
         elif getattr(image, "status", "active") != "active":
             self.section.failed(
                 item,

@@ -92,10 +92,8 @@ class PoolChecker:
         check.backoff.succeeded()
         check.error = None
         check.due = self._clock() + self._recheck_s()
-        if not problems and image_id != check.image_id:
-            if check.image_id is not None:
-                logger.info("pool %s: its image is now %s (was %s)", pool, image_id, check.image_id)
-            check.image_id = image_id
+        if not problems:
+            check.image_id = image_id  # a change starts a rollout, which says so (`engine.rollouts`)
         if problems and problems != check.problems:
             logger.warning("pool %s is not ready: %s", pool, "; ".join(problems))
         elif not problems and check.problems:

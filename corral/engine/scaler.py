@@ -164,7 +164,8 @@ class Scaler:
         warm = pool.min_idle_at(self.clock())
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
-        outdated = self._outdated(name, current)
+        image = self._image_of(name)
+        outdated = self._outdated(current, image)
         # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
         in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
         surplus_idle = max(plan.surplus_idle - in_retirement, 0)
@@ -184,7 +185,7 @@ class Scaler:
             self.log_once.warning(
                 f"rollout:{name}",
                 f"pool {name}: idle runners on an image the pool no longer uses; replacing them "
-                f"{pool.rollout.max_surge} at a time (rollout.max_surge) with runners on image {self._image_of(name)}",
+                f"{pool.rollout.max_surge} at a time (rollout.max_surge) with runners on image {image}",
             )
             quota_short = await self._start(name, current, [], [], replacements, warm=replacements, rollout=True)
         elif not outdated:
@@ -270,10 +271,9 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
-    def _outdated(self, name: str, current: list[Runner]) -> list[Runner]:
-        """The pool's idle runners on an image other than the one its new runners get (a runner whose image is
-        not recorded is left alone)."""
-        image = self._image_of(name)
+    def _outdated(self, current: list[Runner], image: str | None) -> list[Runner]:
+        """The pool's idle runners on an image other than `image`, the one its new runners get (a runner whose
+        image is not recorded is left alone)."""
         if image is None:
             return []
         return [
