@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 MAX_WORKFLOW_NAME = 256
 """Workflow names are kept to this many characters (GitHub sets no documented bound)."""
@@ -340,3 +341,9 @@ class PoolStatus:
     create_paused_until: datetime | None = None
     scale_set_id: int | None = None
     scale_set_session: str | None = None
+    server_cost: dict[str, Any] | None = None
+    """What one of its servers costs of the quota, as its holder found it (`ServerCost` fields)."""
+    quota_waiting: int = 0
+    """Runners for queued jobs the quota held back on its holder's last pass..."""
+    quota_waiting_at: datetime | None = None
+    """...as of then."""

@@ -27,7 +27,8 @@ from corral.sandbox.server import Sandbox
 from corral.store import Store, tokens
 from corral.store.wakes import libpq_url
 from tests.store_urls import postgres_url
-from tests.test_lifecycle import cloud_servers
+from tests.test_end_to_end import everything_done
+from tests.test_lifecycle import cloud_servers, online_per_pool
 from tests.waiting import wait_until
 
 POOLS = ("alpha", "beta", "gamma")
@@ -46,6 +47,8 @@ class Replicas:
         self.processes: list[CorralProcess] = []
         self.pool_settings: dict[str, dict[str, Any]] = {}
         """Per pool, settings beyond the defaults, for the config the first `start` writes."""
+        self.settings: dict[str, Any] = {}
+        """Top-level settings beyond (or instead of) the defaults, for the config the first `start` writes."""
 
     def write_config(self) -> None:
         document = corral_config(
@@ -56,8 +59,7 @@ class Replicas:
             lease_time=f"{LEASE_S:.0f}s",
             # Passes far apart: a job on a pool another replica holds is served within the test's wait only
             # if the webhook's replica wakes the owner (NOTIFY), not by the next periodic pass.
-            reconcile_interval="60s",
-            missed_job_scan="60s",
+            **{"reconcile_interval": "60s", "missed_job_scan": "60s", **self.settings},
         )
         write_private(self.config, yaml.safe_dump(document))
 
@@ -303,3 +305,58 @@ def test_every_replica_shows_a_scale_set_pool_whichever_holds_it(replicas: Repli
         assert shown["held_by"] == replicas.holders()[pool]
     jobs = queue(control, pool, 2)
     wait_until(all_completed(control, jobs), timeout=45, what="the scale-set pool's jobs served")
+
+
+def refused_for_quota(replicas: Replicas) -> list[str]:
+    with psycopg.connect(libpq_url(replicas.database_url)) as connection:
+        rows = connection.execute("SELECT message FROM runners WHERE message ILIKE '%quota%'").fetchall()
+    return [row[0] for row in rows]
+
+
+def test_two_replicas_sharing_a_quota_of_four_never_send_a_create_it_refuses(replicas: Replicas) -> None:
+    """Each replica holds one of two pools, and jobs come for both at once: each replica's own reading shows
+    room for four, so planning with only its own creates, both would start four and Nova would refuse half."""
+    control = replicas.control
+    control.put("/quota", json={"instances": 4}).raise_for_status()
+    replicas.settings = {"reconcile_interval": "2s"}
+    replicas.pool_settings = {pool: {"max_runners": 8} for pool in POOLS}
+    live = replicas.start(2)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    holders = replicas.holders()
+    first = POOLS[0]
+    second = next(pool for pool in POOLS if holders[pool] != holders[first])
+    jobs = [{"at": 0.0, "repo": "octo-org/app", "labels": [pool], "duration": 2.0} for pool in (first, second) * 6]
+    control.post("/trace", json={"jobs": jobs}).raise_for_status()
+    wait_until(lambda: everything_done(control, 12), timeout=120, what="all 12 jobs served, four servers at a time")
+    refused = refused_for_quota(replicas)
+    assert refused == [], f"{len(refused)} creates refused for quota: {refused[:2]}"
+
+
+def test_a_high_priority_pool_waiting_on_one_replica_takes_the_room_of_warm_runners_on_another(
+    replicas: Replicas, sandbox: Sandbox
+) -> None:
+    """The quota is full of a low-priority pool's warm runners, held by one replica, when jobs come for a
+    high-priority pool another replica holds: the wait reaches the first replica through the pool's status row,
+    its warm runners make room (idle_grace is an hour), and the jobs are served."""
+    control = replicas.control
+    control.put("/quota", json={"instances": 3}).raise_for_status()
+    replicas.settings = {"reconcile_interval": "2s"}
+    live = replicas.start(2)
+    wait_until(lambda: replicas.holders() == replicas.expected(live), timeout=30, what="every pool leased")
+    holders = replicas.holders()
+    high = POOLS[0]
+    low = next(pool for pool in POOLS if holders[pool] != holders[high])
+    replicas.pool_settings = {
+        low: {"min_idle": 3, "priority": 1, "idle_grace": "1h"},
+        high: {"priority": 10, "max_runners": 3},
+    }
+    replicas.write_config()
+    admin = replicas.token("admin")
+    reloaded = httpx.post(f"{live[0].url}/api/v1/reload", headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+    assert reloaded.status_code == 200, reloaded.text
+    wait_until(lambda: online_per_pool(sandbox) == {low: 3}, timeout=30, what="the low pool warm, the quota full")
+    jobs = queue(control, high, 2)
+    wait_until(all_completed(control, jobs), timeout=60, what="the high pool's jobs served in the low pool's room")
+    assert {control.get(f"/jobs/{job}").json()["runner_name"].split("-")[1] for job in jobs} == {high}
+    refused = refused_for_quota(replicas)
+    assert refused == [], f"{len(refused)} creates refused for quota: {refused[:2]}"

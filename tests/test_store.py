@@ -28,7 +28,18 @@ from corral.model import (
     RunnerState,
     Transition,
 )
-from corral.store import BlockingCallOnEventLoop, Intake, Store, jobs, leases, pools, redeliveries, retention, runners
+from corral.store import (
+    BlockingCallOnEventLoop,
+    Intake,
+    Store,
+    jobs,
+    leases,
+    pools,
+    quota,
+    redeliveries,
+    retention,
+    runners,
+)
 from corral.store.runners import NewRunner
 from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url, sqlite_url
 
@@ -253,6 +264,40 @@ def test_an_old_holder_closing_its_session_late_leaves_the_new_holders_session_s
     assert store.run_blocking(pools.statuses)["scaled"].scale_set_session == "new-session"
     store.run_blocking(pools.release_session, "scaled", "new-session")
     assert store.run_blocking(pools.statuses)["scaled"].scale_set_session is None
+
+
+def test_a_reading_counts_other_replicas_servers_made_before_it_and_no_others(store: Store) -> None:
+    """What a replica's quota reading may not count of another replica's pool: creates under way, and servers
+    made after the reading began; a server made before it, or already deleted, it counts right."""
+    before = add(store, "other")
+    creating = move(store, before, RunnerState.CREATING, Reason.CREATE_REQUESTED)
+    assert creating is not None
+    assert move(store, creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id="s0") is not None
+    reading_began = utcnow()
+    in_flight = add(store, "other")
+    made_since = move(store, add(store, "other"), RunnerState.CREATING, Reason.CREATE_REQUESTED)
+    assert made_since is not None
+    assert move(store, made_since, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id="s1") is not None
+    deleted: Runner | None = add(store, "other")
+    for target, reason in [
+        (RunnerState.CREATING, Reason.CREATE_REQUESTED),
+        (RunnerState.BOOTING, Reason.SERVER_CREATED),
+        (RunnerState.FAILED, Reason.SERVER_ERROR),
+        (RunnerState.DELETING, Reason.CLEANUP),
+        (RunnerState.DELETED, Reason.CLEANUP),
+    ]:
+        assert deleted is not None
+        deleted = move(store, deleted, target, reason)
+    assert deleted is not None and deleted.state is RunnerState.DELETED
+    add(store, "mine")
+    assert in_flight.state is RunnerState.PENDING
+    assert store.run_blocking(quota.made_since, ["other"], reading_began) == {"other": 2}
+    assert store.run_blocking(quota.made_since, [], reading_began) == {}
+    store.run_blocking(
+        pools.set_quota, "other", server_cost={"cores": 2, "ram_mb": 2048}, waiting=0, waiting_at=utcnow()
+    )
+    store.run_blocking(pools.publish, "never-checked", generation=1, ready=False, reason=None, removed=False)
+    assert store.run_blocking(quota.server_costs, ["other", "never-checked"]) == {"other": {"cores": 2, "ram_mb": 2048}}
 
 
 def test_pool_status_round_trip(store: Store) -> None:

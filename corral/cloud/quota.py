@@ -10,7 +10,7 @@ the least over the resources it uses; the resources at that least are what limit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -44,6 +44,17 @@ class Headroom:
             ports=ports_left(ports),
         )
 
+    def less(self, costs: Iterable[tuple[ServerCost, int]]) -> Headroom:
+        """What is left once `count` servers of each `cost` are taken (never below zero)."""
+        costs = list(costs)
+        taken = {f.name: sum(getattr(cost, f.name) * count for cost, count in costs) for f in fields(self)}
+        return Headroom(
+            **{
+                f.name: None if (value := getattr(self, f.name)) is None else max(0, value - taken[f.name])
+                for f in fields(self)
+            }
+        )
+
     def limited(self) -> dict[str, int]:
         """The resources that have a limit, by name, with what is left of each."""
         return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
@@ -59,6 +70,16 @@ class ServerCost:
     gigabytes: int = 0
     instances: int = 1
     ports: int = 1
+
+    @classmethod
+    def of(cls, published: dict[str, Any] | None) -> ServerCost | None:
+        """From its fields as a pool's holder published them (None: not published, or not a cost)."""
+        if not published:
+            return None
+        try:
+            return cls(**{f.name: int(published[f.name]) for f in fields(cls) if f.name in published})
+        except (TypeError, ValueError):
+            return None
 
 
 def left(limits: dict[str, Any], maximum: str, used: str) -> int | None:

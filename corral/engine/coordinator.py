@@ -39,6 +39,7 @@ from string import Template
 from corral import __version__
 from corral.clock import utcnow
 from corral.cloud.provider import CloudProvider
+from corral.cloud.quota import ServerCost
 from corral.config import CorralConfig
 from corral.engine import messages
 from corral.engine.backoff import Backoff, LogOnce
@@ -65,6 +66,7 @@ from corral.model import (
     STARTING_STATES,
     IntakeResult,
     JobState,
+    PoolStatus,
     Reason,
     Runner,
     RunnerState,
@@ -170,6 +172,7 @@ class Engine:
             server_cost=self.checker.cost,
             image_of=lambda pool: self.rollouts.image(pool, self.checker.image_id(pool)),
             rolled_back=lambda pool: self.rollouts.pinned(pool) is not None,
+            others=self._held_elsewhere,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
@@ -373,11 +376,32 @@ class Engine:
         return {replica: told.get(replica, "no answer") for replica in sorted(others)}
 
     async def _reload_drained(self) -> None:
+        """Read every pool's status row: operators' drains, and the quota waits of pools others hold."""
         statuses = await self.store.run(pools.statuses)
         drained = pools.drained(statuses)
         changed, self.drained = drained ^ self.drained, drained
         for pool in changed:
             self.workers.wake(pool)
+        self.quota.others_waiting(self._others_waiting(statuses))
+
+    def _others_waiting(self, statuses: dict[str, PoolStatus]) -> list[tuple[str, int, ServerCost, int, float]]:
+        """The quota waits of pools other replicas hold, as their status rows say."""
+        now, elsewhere = utcnow(), set(self._held_elsewhere(""))
+        waits = []
+        for name, status in statuses.items():
+            if name not in elsewhere or not status.quota_waiting or status.quota_waiting_at is None:
+                continue
+            cost = ServerCost.of(status.server_cost)
+            if cost is not None:
+                age = max((now - status.quota_waiting_at).total_seconds(), 0.0)
+                waits.append((name, self.config.pools[name].priority, cost, status.quota_waiting, age))
+        return waits
+
+    def _held_elsewhere(self, pool: str) -> list[str]:
+        """The pools other replicas hold, `pool` aside (none on SQLite, where this replica holds all)."""
+        if not self.leases.enabled:
+            return []
+        return [name for name in self.config.pools if name != pool and not self.leases.holds(name)]
 
     # -- wakes ------------------------------------------------------------------------------------
 
@@ -428,7 +452,7 @@ class Engine:
     async def _look(self, generation: int) -> Observation:
         scopes = {pool.scope.key for pool in self.config.pools.values()}
         scopes |= set(await self.store.run(runners.live_scopes))
-        began = self.clock()
+        began, began_wall = self.clock(), utcnow()
         observation = await observe(
             generation,
             self.cloud,
@@ -438,7 +462,7 @@ class Engine:
             executor=self._cloud_threads,
             volumes=self.config.uses_volumes(),
         )
-        self.quota.refresh(observation.headroom, began)
+        self.quota.refresh(observation.headroom, began, began_wall)
         return observation
 
     async def _observed(self, observation: Observation) -> None:

@@ -11,24 +11,34 @@ When the headroom is short, pools of higher `priority` come first: a pool whose 
 quota held back is noted as waiting, and until it is served, pools of lower priority may only use what its
 wait leaves, and keep that many fewer warm runners (`min_idle`), so their idle servers make room for it.
 
-This replica's own creates are all it can reserve: several replicas sharing a project may still overrun
-the quota between two looks, and the refusal then backs the pool off as before (`quota_retry`).
+Replicas sharing a project plan with each other's creates too: a pool's runners are written under one
+lock for the project (`store.quota`), after reading the runners of pools other replicas hold whose
+servers this replica's reading may not count, at the cost their holders published. Their waits come from
+the pools' status rows, read with every look. A refusal no replica could foresee backs the pool off as
+before (`quota_retry`).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection
 
 from corral.cloud.quota import Headroom, ServerCost, servers_that_fit
+from corral.store import quota as shared
 
 MAX_RESERVATION_S = 600.0
 """A create takes seconds; a reservation older than this is dropped whatever became of its create."""
 MAX_WAITING_S = 300.0
 """A waiting pool claims again after every look; a wait not renewed for this long (its pool was removed,
 its jobs went elsewhere) no longer holds lower-priority pools back."""
+CLOCK_SLACK_S = 2.0
+"""Replicas' clocks may differ by this much: a server another replica made this long before a reading began
+is still counted as made after it."""
 
 
 @dataclass(frozen=True)
@@ -54,11 +64,16 @@ class QuotaBudget:
         self._reserved: dict[str, _Reservation] = {}
         self._claims = itertools.count()
         self._waiting: dict[str, _Waiting] = {}
+        self._others_waiting: dict[str, _Waiting] = {}
+        """Pools other replicas hold that wait for quota, as their status rows said at the last look."""
+        self.read_began_wall: datetime | None = None
+        """When the last reading began, by the wall clock other replicas' runner events are stamped with."""
 
-    def refresh(self, headroom: Headroom | None, read_began_at: float) -> None:
+    def refresh(self, headroom: Headroom | None, read_began_at: float, read_began_wall: datetime | None = None) -> None:
         """A new reading (None: the quota could not be read, so nothing is held back). `read_began_at` is on
         this budget's clock: creates finished before it are in the reading."""
         self._headroom = headroom
+        self.read_began_wall = read_began_wall
         now = self._clock()
         self._reserved = {
             key: held
@@ -68,21 +83,30 @@ class QuotaBudget:
         }
         self._waiting = {pool: wait for pool, wait in self._waiting.items() if now - wait.at < MAX_WAITING_S}
 
-    def left(self, *, below: int | None = None) -> Headroom | None:
-        """The last reading less what this replica's creates since then hold, and, for a pool of priority
-        `below`, less what waiting pools of higher priority need."""
+    def others_waiting(self, waits: Iterable[tuple[str, int, ServerCost, int, float]]) -> None:
+        """The pools other replicas hold that wait for quota: (pool, priority, server cost, runners held back,
+        seconds since their holder said so). Replaces what the last look's status rows said."""
+        now = self._clock()
+        self._others_waiting = {
+            pool: _Waiting(priority, cost, count, now - age)
+            for pool, priority, cost, count, age in waits
+            if count > 0 and age < MAX_WAITING_S
+        }
+
+    def _all_waiting(self) -> dict[str, _Waiting]:
+        now = self._clock()
+        others = {pool: wait for pool, wait in self._others_waiting.items() if now - wait.at < MAX_WAITING_S}
+        return {**others, **self._waiting}
+
+    def left(self, *, below: int | None = None, excluding: Collection[str] = ()) -> Headroom | None:
+        """The last reading less what this replica's creates since then hold (but the claims `excluding`), and,
+        for a pool of priority `below`, less what waiting pools of higher priority need."""
         if self._headroom is None:
             return None
-        costs = [(held.cost, 1) for held in self._reserved.values()]
+        costs = [(held.cost, 1) for key, held in self._reserved.items() if key not in excluding]
         if below is not None:
-            costs += [(wait.cost, wait.count) for wait in self._waiting.values() if wait.priority > below]
-        held = {f.name: sum(getattr(cost, f.name) * count for cost, count in costs) for f in fields(Headroom)}
-        return Headroom(
-            **{
-                name: None if value is None else max(0, value - held[name])
-                for name, value in ((f.name, getattr(self._headroom, f.name)) for f in fields(Headroom))
-            }
-        )
+            costs += [(wait.cost, wait.count) for wait in self._all_waiting().values() if wait.priority > below]
+        return self._headroom.less(costs)
 
     def claim(
         self, cost: ServerCost | None, wanted: int, *, pool: str = "", priority: int = 0, for_jobs: int = 0
@@ -99,10 +123,9 @@ class QuotaBudget:
             short = limited_by if fits < wanted else []
         now = self._clock()
         held_back = min(for_jobs, wanted) - fits
-        if cost is not None and held_back > 0:
-            self._waiting[pool] = _Waiting(priority, cost, held_back, now)
-        else:
-            self._waiting.pop(pool, None)
+        self._waiting.pop(pool, None)
+        if cost is not None:
+            self.held_back(pool, priority, cost, held_back)
         keys = []
         for _ in range(fits):
             key = f"claim:{next(self._claims)}"
@@ -111,6 +134,18 @@ class QuotaBudget:
             keys.append(key)
         return keys, short
 
+    def held_back(self, pool: str, priority: int, cost: ServerCost, count: int) -> None:
+        """`count` more of the pool's runners for queued jobs found no room: the pool waits for them."""
+        if count <= 0:
+            return
+        before = self._waiting.get(pool)
+        self._waiting[pool] = _Waiting(priority, cost, count + (before.count if before else 0), self._clock())
+
+    def waiting(self, pool: str) -> int:
+        """Runners for queued jobs the quota holds back for `pool` (a pool this replica holds)."""
+        wait = self._waiting.get(pool)
+        return wait.count if wait else 0
+
     def not_waiting(self, pool: str) -> None:
         """The pool wants no new runner now: it no longer waits for the quota."""
         self._waiting.pop(pool, None)
@@ -118,7 +153,8 @@ class QuotaBudget:
     def outranked(self, pool: str, priority: int) -> int:
         """How many runners for queued jobs pools of higher priority than `pool` wait for: this pool keeps that
         many fewer warm runners, so that its idle servers make room for theirs."""
-        return sum(wait.count for name, wait in self._waiting.items() if name != pool and wait.priority > priority)
+        waiting = self._all_waiting().items()
+        return sum(wait.count for name, wait in waiting if name != pool and wait.priority > priority)
 
     def bind(self, key: str, runner_id: str) -> None:
         """The claim became this runner's create."""
@@ -135,3 +171,27 @@ class QuotaBudget:
         held = self._reserved.get(runner_id)
         if held is not None and held.finished_at is None:
             held.finished_at = self._clock()
+
+
+class SharedRoom:
+    """For `runners.add`, on replicas sharing a project: how many servers of `cost` fit in `left` (this
+    replica's view, its claims for them aside) once the servers of the pools `others` (held by other replicas)
+    made since the reading began are counted too. Runs in the add's transaction, after the project's lock,
+    and keeps how many it held back and what limited them."""
+
+    def __init__(self, left: Headroom, cost: ServerCost, others: Collection[str], read_began: datetime) -> None:
+        self._left, self._cost, self._others = left, cost, others
+        self._since = read_began - timedelta(seconds=CLOCK_SLACK_S)
+        self.held_back = 0
+        self.short: list[str] = []
+
+    def __call__(self, connection: Connection, count: int) -> int:
+        shared.take_turn(connection)
+        made = shared.made_since(connection, self._others, self._since)
+        costs = shared.server_costs(connection, made)
+        taken = [(cost, servers) for pool, servers in made.items() if (cost := ServerCost.of(costs.get(pool)))]
+        fits, limited_by = servers_that_fit(self._left.less(taken), self._cost)
+        if fits is None or fits >= count:
+            return count
+        self.held_back, self.short = count - fits, limited_by
+        return fits

@@ -10,7 +10,7 @@ up on at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from string import Template
 from typing import Protocol
@@ -21,7 +21,7 @@ from corral.config import CorralConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
-from corral.engine.quota import QuotaBudget
+from corral.engine.quota import QuotaBudget, SharedRoom
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
@@ -93,6 +93,7 @@ class Scaler:
         server_cost: Callable[[str], ServerCost | None] = lambda _: None,
         image_of: Callable[[str], str | None] = lambda _: None,
         rolled_back: Callable[[str], bool] = lambda _: False,
+        others: Callable[[str], Collection[str]] = lambda _: (),
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
@@ -115,6 +116,8 @@ class Scaler:
         self._image_of = image_of
         """The image a pool's new runners get, as last checked: idle runners on another are replaced."""
         self._rolled_back = rolled_back
+        self._others = others
+        """The pools other replicas hold (none on SQLite): their creates share the project's quota."""
         """Whether a pool rolled back from a new image (its replacements then say so)."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
@@ -221,6 +224,8 @@ class Scaler:
             ready=ready,
             reason=reason,
             quota_short=tuple(quota_short),
+            server_cost=self._server_cost(name),
+            quota_waiting=self._quota.waiting(name),
         )
         await self.status.publish(snapshot, self._generation())
         if warm.next_change is not None:
@@ -362,22 +367,15 @@ class Scaler:
             if not count:
                 return []
         for_jobs: list[int | None] = [*uncovered, *[None] * spare]
+        cost = self._server_cost(name)
         claims, short = self._quota.claim(
-            self._server_cost(name),
+            cost,
             count,
             pool=name,
             priority=pool.priority,
             for_jobs=count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None),
         )
-        if short:
-            QUOTA_DEFERRALS.labels(name).inc(count - len(claims))
-            self.log_once.warning(
-                f"quota:{name}",
-                f"pool {name}: {count - len(claims)} runner(s) wait for quota headroom ({', '.join(short)}): "
-                "the project's quota has no room for them until servers are deleted or the quota is raised",
-            )
-        else:
-            self.log_once.clear(f"quota:{name}")
+        self._note_quota(name, count - len(claims), short)
         count = len(claims)
         if not count:
             return short
@@ -405,13 +403,27 @@ class Scaler:
             )
             for job_id in for_jobs
         ]
-        created = await self.store.run(
-            runners.add,
-            self._config().name_prefix,
-            intents,
-            max_runners=pool.max_runners,
-            fence=self._fence(name),
-        )
+        room = self._shared_room(name, cost, claims)
+        try:
+            created = await self.store.run(
+                runners.add,
+                self._config().name_prefix,
+                intents,
+                max_runners=pool.max_runners,
+                fence=self._fence(name),
+                room=room,
+            )
+        except BaseException:
+            for claim in claims:  # no runner was written: the room they held is free again
+                self._quota.release(claim)
+            raise
+        if room is not None and room.held_back and cost is not None:
+            # Other replicas' creates since the reading took the room: those runners wait like the rest.
+            cut = intents[len(created) : len(created) + room.held_back]
+            for_jobs_cut = len(cut) if unbound_demand else sum(1 for intent in cut if intent.job_id is not None)
+            self._quota.held_back(name, pool.priority, cost, for_jobs_cut)
+            short = room.short
+            self._note_quota(name, len(cut), short)
         if len(created) < len(intents):
             CAPACITY_REFUSALS.labels(name).inc(len(intents) - len(created))
             self.log_once.warning(
@@ -436,6 +448,27 @@ class Scaler:
                 group=name,
             )
         return short
+
+    def _note_quota(self, name: str, held_back: int, short: list[str]) -> None:
+        if short:
+            QUOTA_DEFERRALS.labels(name).inc(held_back)
+            self.log_once.warning(
+                f"quota:{name}",
+                f"pool {name}: {held_back} runner(s) wait for quota headroom ({', '.join(short)}): "
+                "the project's quota has no room for them until servers are deleted or the quota is raised",
+            )
+        else:
+            self.log_once.clear(f"quota:{name}")
+
+    def _shared_room(self, name: str, cost: ServerCost | None, claims: list[str]) -> SharedRoom | None:
+        """With replicas sharing the project, what the add should check of the others' creates since the
+        reading (None: no other replica holds a pool, or nothing is known of the quota or the cost)."""
+        others = self._others(name)
+        began = self._quota.read_began_wall
+        left = self._quota.left(below=self._config().pools[name].priority, excluding=claims)
+        if not others or cost is None or began is None or left is None:
+            return None
+        return SharedRoom(left, cost, others, began)
 
     async def _create(self, runner: Runner, create: Awaitable[None]) -> None:
         """The create, then its quota reservation marked finished (the next reading counts the server)."""

@@ -7,9 +7,14 @@ pool's status row only when what it says changed, so a quiet system writes nothi
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
+from corral.clock import utcnow
+from corral.cloud.quota import ServerCost
+from corral.engine.quota import MAX_WAITING_S
 from corral.metrics import RUNNERS
 from corral.model import RunnerState
 from corral.store import Store, pools
@@ -33,19 +38,30 @@ class PoolSnapshot:
     """A scale-set pool held by another replica: its scale set, as the holder recorded it."""
     session_open: bool = False
     """...and whether the holder has a session open on it."""
+    server_cost: ServerCost | None = None
+    """What one of its servers costs of the quota, as its check found it."""
+    quota_waiting: int = 0
+    """Runners for queued jobs the quota held back on its last pass."""
+
+
+QUOTA_RENEWAL_S = MAX_WAITING_S / 3
+"""A pool still waiting for quota says so again this often, or other replicas take its wait as lapsed."""
 
 
 class StatusPublisher:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
+        self._clock = clock
         self.snapshots: dict[str, PoolSnapshot] = {}
         self._published: dict[str, tuple[int, bool, str | None, bool]] = {}
+        self._quota_published: dict[str, tuple[ServerCost | None, int, float]] = {}
 
     async def publish(self, snapshot: PoolSnapshot, generation: int) -> None:
         self.snapshots[snapshot.name] = snapshot
         for state in RunnerState:
             if state is not RunnerState.DELETED:
                 RUNNERS.labels(snapshot.name, state.value).set(snapshot.states[state])
+        await self._publish_quota(snapshot)
         row = (generation, snapshot.ready, snapshot.reason, snapshot.removed)
         if self._published.get(snapshot.name) == row:
             return
@@ -59,10 +75,27 @@ class StatusPublisher:
         )
         self._published[snapshot.name] = row
 
+    async def _publish_quota(self, snapshot: PoolSnapshot) -> None:
+        """What replicas sharing the project plan with: the pool's server cost and its wait, when either
+        changed (and the wait again now and then while it lasts)."""
+        cost, waiting, now = snapshot.server_cost, snapshot.quota_waiting, self._clock()
+        last = self._quota_published.get(snapshot.name)
+        if last is not None and last[:2] == (cost, waiting) and not (waiting and now - last[2] > QUOTA_RENEWAL_S):
+            return
+        await self._store.run(
+            pools.set_quota,
+            snapshot.name,
+            server_cost=asdict(cost) if cost else None,
+            waiting=waiting,
+            waiting_at=utcnow(),
+        )
+        self._quota_published[snapshot.name] = (cost, waiting, now)
+
     async def forget(self, name: str) -> None:
         """A removed pool with nothing left: no row, no gauges, no snapshot."""
         self.snapshots.pop(name, None)
         self._published.pop(name, None)
+        self._quota_published.pop(name, None)
         for state in RunnerState:
             with contextlib.suppress(KeyError):
                 RUNNERS.remove(name, state.value)

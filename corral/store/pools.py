@@ -24,6 +24,9 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.create_paused_until,
         POOLS.c.scale_set_id,
         POOLS.c.scale_set_session,
+        POOLS.c.server_cost,
+        POOLS.c.quota_waiting,
+        POOLS.c.quota_waiting_at,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -51,6 +54,14 @@ def set_create_backoff(connection: Connection, name: str, failures: int, paused_
 def set_scale_set(connection: Connection, name: str, scale_set_id: int | None, session: str | None) -> None:
     """A scale-set pool's scale set and the session its holder has open (None: none open)."""
     _upsert(connection, name, scale_set_id=scale_set_id, scale_set_session=session)
+
+
+def set_quota(
+    connection: Connection, name: str, *, server_cost: dict[str, int] | None, waiting: int, waiting_at: datetime
+) -> None:
+    """What the pool's holder knows of it that replicas sharing the project plan with: a server's cost, and
+    how many runners for queued jobs the quota holds back (renewed while it does, else it lapses)."""
+    _upsert(connection, name, server_cost=server_cost, quota_waiting=waiting, quota_waiting_at=waiting_at)
 
 
 def release_session(connection: Connection, name: str, session: str) -> None:

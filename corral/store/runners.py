@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -97,6 +97,7 @@ def add(
     *,
     max_runners: int | None = None,
     fence: Fence | None = None,
+    room: Callable[[Connection, int], int] | None = None,
 ) -> list[Runner]:
     """Write the intents as `pending` runners with their first events; count them on the jobs they serve.
 
@@ -104,12 +105,16 @@ def add(
     that hold capacity (starting, idle, busy) within it, counted in this same transaction: the earliest
     intents first. On PostgreSQL the pool's adds take turns under an advisory lock for the transaction, so
     two writers that each read the pool before the other wrote (two replicas in a split-brain moment) cannot
-    both fill its last places. With `fence`, nothing is written unless it is still the pool's lease.
+    both fill its last places. With `fence`, nothing is written unless it is still the pool's lease. `room`
+    says how many of that many intents the project's quota has room for, read in this transaction (replicas
+    sharing a project count each other's creates there: `store.quota`); the earliest are written.
     """
     if fence is not None:
         leases.verify(connection, [fence])
     if max_runners is not None and intents:
         intents = intents[: room_in_pool(connection, intents[0].pool, max_runners)]
+    if room is not None and intents:
+        intents = intents[: room(connection, len(intents))]
     if not intents:
         return []
     now = utcnow()

@@ -192,6 +192,14 @@ class PoolStatus(Base):
     scale_set_session: Mapped[str | None] = mapped_column(String(64))
     """The message session its holder has open: a holder that took the pool over (or corral restarted after
     kill -9) ends this one instead of waiting for GitHub to expire it (409 until then)."""
+    server_cost: Mapped[dict[str, Any] | None]
+    """What one of the pool's servers takes from the quota (`ServerCost`), as its holder's check found it:
+    another replica sharing the project counts the pool's creates in flight at that cost."""
+    quota_waiting: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Runners for queued jobs the quota held back on the holder's last pass: other replicas keep their room
+    from pools of lower priority."""
+    quota_waiting_at: Mapped[datetime | None]
+    """When the holder last said so: a wait not renewed within `MAX_WAITING_S` has lapsed."""
     updated_at: Mapped[datetime]
 
 
