@@ -450,15 +450,16 @@ class Scaler:
         return short
 
     def _note_quota(self, name: str, held_back: int, short: list[str]) -> None:
+        """Count runners the quota held back, and say so at most once a minute per pool and resource: under
+        a tight quota a pool's passes are short one moment and not the next, and each count differs, so a
+        line per change would flood the log (the count is in `corral_quota_deferrals_total`)."""
         if short:
             QUOTA_DEFERRALS.labels(name).inc(held_back)
             self.log_once.warning(
                 f"quota:{name}",
-                f"pool {name}: {held_back} runner(s) wait for quota headroom ({', '.join(short)}): "
-                "the project's quota has no room for them until servers are deleted or the quota is raised",
+                f"pool {name}: runners wait for quota headroom ({', '.join(short)}): the project's quota has "
+                "no room for them until servers are deleted or the quota is raised",
             )
-        else:
-            self.log_once.clear(f"quota:{name}")
 
     def _shared_room(self, name: str, cost: ServerCost | None, claims: list[str]) -> SharedRoom | None:
         """With replicas sharing the project, what the add should check of the others' creates since the
