@@ -17,6 +17,7 @@ from corral.sandbox.control_scalesets import register_scaleset_routes
 from corral.sandbox.faults import FaultSpecError
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 MAX_TRACE_JOBS = 100_000
@@ -118,11 +119,17 @@ def build_control_router(world: World) -> APIRouter:
     async def stats() -> dict[str, Any]:
         return world.snapshot()
 
+    def cloud_named(name: str) -> CloudState:
+        cloud = world.clouds.get(name)
+        if cloud is None:
+            raise HTTPException(status_code=404, detail=f"no cloud {name!r}; the sandbox has {sorted(world.clouds)}")
+        return cloud
+
     @router.get("/servers")
-    async def servers() -> list[dict[str, Any]]:
-        """Every server's lifetime, deleted ones included (oldest first), with its metadata: how a
-        benchmark counts exactly how many servers an owner had at each moment."""
-        return world.cloud.history()
+    async def servers(cloud: str = "one") -> list[dict[str, Any]]:
+        """Every server's lifetime in one cloud (`?cloud=two`: the second), deleted ones included (oldest
+        first), with its metadata: how a benchmark counts exactly how many servers an owner had at each moment."""
+        return cloud_named(cloud).history()
 
     @router.get("/faults")
     async def get_faults() -> dict[str, Any]:
@@ -137,9 +144,11 @@ def build_control_router(world: World) -> APIRouter:
         return world.faults.describe()
 
     @router.put("/quota")
-    async def put_quota(body: QuotaRequest) -> dict[str, Any]:
-        world.cloud.set_quota(**body.model_dump(exclude_none=True))
-        return {"quota": world.cloud.quota_view()}
+    async def put_quota(body: QuotaRequest, cloud: str = "one") -> dict[str, Any]:
+        """One cloud's quota (`?cloud=two`: the second's)."""
+        target = cloud_named(cloud)
+        target.set_quota(**body.model_dump(exclude_none=True))
+        return {"quota": target.quota_view()}
 
     @router.put("/timings")
     async def put_timings(body: TimingsRequest) -> dict[str, Any]:

@@ -29,11 +29,12 @@ from corral.sandbox.cloud.app import build_openstack_app
 from corral.sandbox.control import build_control_router
 from corral.sandbox.github.actions.settings import ActionsSettings
 from corral.sandbox.github.app import build_github_app
-from corral.sandbox.world import Timings, World
+from corral.sandbox.world import SECOND_CLOUD, Timings, World
 
 T = TypeVar("T")
 
 CLOUD_NAME = "sandbox"
+SECOND_CLOUD_NAME = "sandbox-two"
 APP_CREDENTIAL_CLOUD_NAME = "sandbox-appcred"
 REGION = "RegionOne"
 START_TIMEOUT_S = 30.0
@@ -45,6 +46,9 @@ class SandboxInfo:
 
     openstack_url: str
     auth_url: str
+    second_openstack_url: str
+    """A second cloud (its own Keystone, quota and servers: another region or provider), as `second_cloud_name`
+    in `clouds.yaml`."""
     github_url: str
     github_enterprise_url: str
     control_url: str
@@ -52,6 +56,7 @@ class SandboxInfo:
     cloud_name: str
     app_credential_cloud_name: str
     region: str
+    second_cloud_name: str
     webhook_url: str | None
     webhook_secret: str
     app_id: int
@@ -95,12 +100,15 @@ class Sandbox:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._openstack_socket = bind_socket(host, openstack_port)
         self._github_socket = bind_socket(host, github_port)
+        self._second_openstack_socket = bind_socket(host, 0)
         openstack_url = "http://{}:{}".format(*self._openstack_socket.getsockname()[:2])
+        second_openstack_url = "http://{}:{}".format(*self._second_openstack_socket.getsockname()[:2])
         github_url = "http://{}:{}".format(*self._github_socket.getsockname()[:2])
         self.world = World(
             timings=timings,
             seed=seed,
             openstack_url=openstack_url,
+            second_openstack_url=second_openstack_url,
             github_url=github_url,
             webhook_url=webhook_url,
             workdir=self.workdir,
@@ -134,6 +142,19 @@ class Sandbox:
                     "identity_api_version": 3,
                     "interface": "public",
                 },
+                SECOND_CLOUD_NAME: {
+                    "auth": {
+                        "auth_url": f"{self.world.clouds[SECOND_CLOUD].url}/identity",
+                        "username": credentials.openstack_username,
+                        "password": credentials.openstack_password,
+                        "project_name": credentials.openstack_project,
+                        "user_domain_name": "Default",
+                        "project_domain_name": "Default",
+                    },
+                    "region_name": self.world.clouds[SECOND_CLOUD].region,
+                    "identity_api_version": 3,
+                    "interface": "public",
+                },
                 APP_CREDENTIAL_CLOUD_NAME: {
                     "auth_type": "v3applicationcredential",
                     "auth": {
@@ -152,6 +173,7 @@ class Sandbox:
         return SandboxInfo(
             openstack_url=self.world.openstack_url,
             auth_url=auth_url,
+            second_openstack_url=self.world.clouds[SECOND_CLOUD].url,
             github_url=self.world.github_url,
             github_enterprise_url=f"{self.world.github_url}/api/v3",
             control_url=f"{self.world.github_url}/_sandbox",
@@ -159,6 +181,7 @@ class Sandbox:
             cloud_name=CLOUD_NAME,
             app_credential_cloud_name=APP_CREDENTIAL_CLOUD_NAME,
             region=REGION,
+            second_cloud_name=SECOND_CLOUD_NAME,
             webhook_url=self.world.github.webhook_url,
             webhook_secret=credentials.webhook_secret,
             app_id=credentials.github_app_id,
@@ -173,7 +196,8 @@ class Sandbox:
         github_app.include_router(build_control_router(self.world))
         servers = []
         # GitHub's side stamps its own `Date`, on GitHub's clock (which a test may skew).
-        for app, date_header in ((build_openstack_app(self.world), True), (github_app, False)):
+        apps = [(build_openstack_app(self.world, cloud), True) for cloud in self.world.clouds.values()]
+        for app, date_header in [apps[0], (github_app, False), *apps[1:]]:
             config = uvicorn.Config(
                 app,
                 log_level="warning",
@@ -191,7 +215,7 @@ class Sandbox:
         self._loop = loop
         self.world.bind_loop(loop)
         self._servers = self._build_servers()
-        sockets = (self._openstack_socket, self._github_socket)
+        sockets = (self._openstack_socket, self._github_socket, self._second_openstack_socket)
         tasks = [
             asyncio.create_task(server.serve(sockets=[sock]))
             for server, sock in zip(self._servers, sockets, strict=True)
@@ -236,7 +260,7 @@ class Sandbox:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
-        for sock in (self._openstack_socket, self._github_socket):
+        for sock in (self._openstack_socket, self._github_socket, self._second_openstack_socket):
             with contextlib.suppress(OSError):
                 sock.close()
         if self._own_workdir:

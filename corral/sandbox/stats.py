@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 
@@ -14,8 +14,11 @@ class Stats:
 
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
-        self.api_calls: dict[str, Counter[str]] = {"openstack": Counter(), "github": Counter()}
-        self.injected_errors: dict[str, Counter[str]] = {"openstack": Counter(), "github": Counter()}
+        self.api_calls: defaultdict[str, Counter[str]] = defaultdict(Counter, openstack=Counter(), github=Counter())
+        """Per side (`openstack`, `github`, and `openstack-two` once the second cloud is called)."""
+        self.injected_errors: defaultdict[str, Counter[str]] = defaultdict(
+            Counter, openstack=Counter(), github=Counter()
+        )
 
     def incr(self, name: str, amount: int = 1) -> None:
         self.counters[name] += amount

@@ -59,6 +59,9 @@ class Credentials:
         )
 
 
+SECOND_CLOUD = "two"
+
+
 @dataclass
 class Timings:
     """How long the simulated world takes; all in seconds and switchable through the control API."""
@@ -81,6 +84,7 @@ class World:
         seed: int = 0,
         credentials: Credentials | None = None,
         openstack_url: str = "http://127.0.0.1:0",
+        second_openstack_url: str | None = None,
         github_url: str = "http://127.0.0.1:0",
         webhook_url: str | None = None,
         workdir: Path | None = None,
@@ -99,7 +103,14 @@ class World:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._server_of_runner: dict[int, str] = {}
         self._runner_of_server: dict[str, int] = {}
-        self.cloud = CloudState(self)
+        self.cloud = CloudState(self, url=self.openstack_url)
+        """The first cloud: what a client of one cloud talks to."""
+        self.clouds = {self.cloud.name: self.cloud}
+        """Every cloud, by name: a second (`two`, on its own port, with its own Keystone, quota and servers)
+        stands for another region or provider; its guests reach the same GitHub."""
+        if second_openstack_url is not None:
+            second = CloudState(self, name=SECOND_CLOUD, url=second_openstack_url, region="RegionTwo")
+            self.clouds[second.name] = second
         self.github = GitHubState(self, webhook_url=webhook_url, actions_settings=actions)
 
     # -- scheduling --------------------------------------------------------------------------
@@ -164,7 +175,8 @@ class World:
         server_id = self._server_of_runner.pop(runner_id, None)
         if server_id is not None:
             self._runner_of_server.pop(server_id, None)
-            self.cloud.power_off(server_id)
+            for cloud in self.clouds.values():
+                cloud.power_off(server_id)  # server ids are unique across clouds; others ignore it
 
     def reset(self) -> None:
         """Forget every server, runner, job, fault and counter; keep ports, credentials and catalog."""
@@ -174,7 +186,8 @@ class World:
         self.stats.reset()
         self._server_of_runner.clear()
         self._runner_of_server.clear()
-        self.cloud.reset()
+        for cloud in self.clouds.values():
+            cloud.reset()
         self.github.reset()
 
     def snapshot(self) -> dict[str, Any]:
@@ -182,5 +195,6 @@ class World:
         return {
             **self.stats.snapshot(),
             "cloud": self.cloud.snapshot(),
+            "clouds": {name: cloud.snapshot() for name, cloud in self.clouds.items()},
             "github": self.github.snapshot(),
         }

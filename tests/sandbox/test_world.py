@@ -13,9 +13,11 @@ from typing import Any
 import httpx
 import openstack.connection
 import openstack.exceptions
+import pytest
 from githubkit import GitHub, TokenAuthStrategy
 
 from corral.sandbox.server import Sandbox
+from tests.conftest import connect
 from tests.waiting import wait_until
 from tests.webhook_receiver import WebhookReceiver
 
@@ -249,3 +251,35 @@ def test_injected_endpoint_errors_reach_the_client_and_are_counted(
     assert stats["counters"]["openstack_injected_errors"] >= 1
     assert stats["injected_errors"]["openstack"]["GET /compute/v2.1/flavors/detail"] >= 1
     assert any(key.startswith("GET /compute/v2.1/flavors") for key in stats["api_calls"]["openstack"])
+
+
+def test_a_second_cloud_is_apart_from_the_first_but_its_runners_reach_the_same_github(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    """Another region or provider: its own Keystone, servers, quota, faults and records, while a runner
+    booted there takes jobs from the same GitHub."""
+    second = connect(sandbox, sandbox.info.second_cloud_name)
+    try:
+        assert second.compute.get_endpoint().startswith(sandbox.info.second_openstack_url)
+        control.put("/quota", params={"cloud": "two"}, json={"instances": 1}).raise_for_status()
+        submitted = control.post("/jobs", json={"repo": REPO, "labels": ["small"], "duration": 0}).json()
+        runner_id, jit = jit_runner(sandbox, "corral-small-5", ["small"])
+        server = boot(second, "corral-small-5", f"#!/bin/sh\n./run.sh --jitconfig {jit}\n")
+        wait_until(lambda: job(control, submitted["id"])["runner_id"] == runner_id, what="the job taken")
+        wait_until(lambda: server_status(second, server.id) == "SHUTOFF", what="its server shut off")
+        assert [s.id for s in os_conn.compute.servers()] == [], "the first cloud has no such server"
+        with pytest.raises(openstack.exceptions.ForbiddenException, match="Quota exceeded for instances"):
+            boot(second, "corral-small-6", "#!/bin/sh\n")
+        assert boot(os_conn, "corral-small-6", "#!/bin/sh\n").id, "the first cloud's quota is its own"
+        control.put("/faults", json={"endpoints": [{"match": "openstack-two *", "error_rate": 1.0}]})
+        with pytest.raises(openstack.exceptions.HttpException) as refused:
+            second.compute.delete_server(server.id)
+        assert refused.value.status_code == 500
+        assert len(list(os_conn.compute.servers())) == 1, "a fault on the second cloud leaves the first alone"
+        history = control.get("/servers", params={"cloud": "two"}).json()
+        assert [life["name"] for life in history] == ["corral-small-5"]
+        assert control.get("/servers", params={"cloud": "three"}).status_code == 404
+        clouds = control.get("/stats").json()["clouds"]
+        assert (clouds["one"]["servers"], clouds["two"]["servers"]) == (1, 1)
+    finally:
+        second.close()

@@ -18,6 +18,7 @@ from corral.sandbox.cloud.nova_servers import build_server_router
 from corral.sandbox.cloud.service import version_headers
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 SERVICE_OF_PREFIX = (
@@ -36,17 +37,19 @@ def service_of(path: str) -> str:
     return "compute"
 
 
-def build_openstack_app(world: World) -> FastAPI:
+def build_openstack_app(world: World, cloud: CloudState) -> FastAPI:
+    """One of the world's clouds, served on its own port with its own Keystone, as a second region or a
+    second provider would be."""
     app = FastAPI(title="corral sandbox: OpenStack", openapi_url=None, docs_url=None, redoc_url=None)
     app.router.redirect_slashes = False
     for router in (
-        build_keystone_router(world),
-        build_nova_versions_router(world),
-        build_server_router(world),
-        build_nova_resources_router(world),
-        build_glance_router(world),
-        build_neutron_router(world),
-        build_cinder_router(world),
+        build_keystone_router(world, cloud),
+        build_nova_versions_router(world, cloud),
+        build_server_router(world, cloud),
+        build_nova_resources_router(world, cloud),
+        build_glance_router(world, cloud),
+        build_neutron_router(world, cloud),
+        build_cinder_router(world, cloud),
     ):
         app.include_router(router)
 

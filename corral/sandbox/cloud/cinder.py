@@ -111,11 +111,11 @@ def _size(value: Any) -> int:
     return int(text)
 
 
-def build_cinder_router(world: World) -> APIRouter:
-    public = service_router(world, "volume", prefix="/volume", authenticated=False, microversions=CINDER)
-    router = service_router(world, "volume", prefix="/volume/v3/{project_id}", microversions=CINDER)
-    state = world.cloud
-    base = f"{world.openstack_url}/volume/v3/{state.project_id}"
+def build_cinder_router(world: World, cloud: CloudState) -> APIRouter:
+    public = service_router(world, cloud, "volume", prefix="/volume", authenticated=False, microversions=CINDER)
+    router = service_router(world, cloud, "volume", prefix="/volume/v3/{project_id}", microversions=CINDER)
+    state = cloud
+    base = f"{cloud.url}/volume/v3/{state.project_id}"
 
     def versions(request: Request) -> Response:
         version = {
@@ -126,7 +126,7 @@ def build_cinder_router(world: World) -> APIRouter:
             "updated": "2023-08-31T00:00:00Z",
             "links": [
                 {"rel": "describedby", "type": "text/html", "href": "https://docs.openstack.org/"},
-                {"rel": "self", "href": f"{world.openstack_url}/volume/v3/"},
+                {"rel": "self", "href": f"{cloud.url}/volume/v3/"},
             ],
             "media-types": [{"base": "application/json", "type": "application/vnd.openstack.volume+json;version=3"}],
         }

@@ -13,6 +13,7 @@ from corral.sandbox.cloud.records import Image
 from corral.sandbox.cloud.service import respond, service_router
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 CURRENT_MINOR = 18
@@ -51,13 +52,13 @@ def image_body(image: Image, owner: str) -> dict[str, Any]:
     return body
 
 
-def build_glance_router(world: World) -> APIRouter:
-    public = service_router(world, "image", prefix="/image", authenticated=False)
-    router = service_router(world, "image", prefix="/image/v2")
-    state = world.cloud
+def build_glance_router(world: World, cloud: CloudState) -> APIRouter:
+    public = service_router(world, cloud, "image", prefix="/image", authenticated=False)
+    router = service_router(world, cloud, "image", prefix="/image/v2")
+    state = cloud
 
     def versions() -> dict[str, Any]:
-        href = f"{world.openstack_url}/image/v2/"
+        href = f"{cloud.url}/image/v2/"
         return {
             "versions": [
                 {

@@ -21,6 +21,7 @@ from corral.sandbox.cloud.service import AUTH_REQUIRED, json_body, service_route
 from corral.sandbox.cloud.state import Token, new_token
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 REGION = "RegionOne"
@@ -40,17 +41,17 @@ CATALOG_SERVICES = (
 """DevStack's catalog: openstacksdk asks for `block-storage` and accepts its `volumev3` alias."""
 
 
-def catalog(world: World) -> list[dict[str, Any]]:
+def catalog(cloud: CloudState) -> list[dict[str, Any]]:
     entries = []
     for service_type, name, path in CATALOG_SERVICES:
-        url = world.openstack_url + path.format(project_id=world.cloud.project_id)
+        url = cloud.url + path.format(project_id=cloud.project_id)
         endpoints = [
             {
                 "id": uuid.uuid5(uuid.NAMESPACE_URL, f"{service_type}/{interface}").hex,
                 "interface": interface,
-                "region_id": REGION,
+                "region_id": cloud.region,
                 "url": url,
-                "region": REGION,
+                "region": cloud.region,
             }
             for interface in ("public", "internal", "admin")
         ]
@@ -65,12 +66,12 @@ def catalog(world: World) -> list[dict[str, Any]]:
     return entries
 
 
-def _version(world: World) -> dict[str, Any]:
+def _version(cloud: CloudState) -> dict[str, Any]:
     return {
         "id": IDENTITY_VERSION,
         "status": "stable",
         "updated": "2020-04-07T00:00:00Z",
-        "links": [{"rel": "self", "href": f"{world.openstack_url}/identity/v3/"}],
+        "links": [{"rel": "self", "href": f"{cloud.url}/identity/v3/"}],
         "media-types": MEDIA_TYPES,
     }
 
@@ -79,7 +80,7 @@ def _timestamp(moment: Any) -> str:
     return str(moment.strftime("%Y-%m-%dT%H:%M:%S.000000Z"))
 
 
-def _authenticate(world: World, body: dict[str, Any]) -> str:
+def _authenticate(world: World, cloud: CloudState, body: dict[str, Any]) -> str:
     """Check the identity in an auth request; returns the method, or raises Keystone's 401."""
     credentials = world.credentials
     auth = body.get("auth")
@@ -91,11 +92,11 @@ def _authenticate(world: World, body: dict[str, Any]) -> str:
     if method == "password":
         user = (identity.get("password") or {}).get("user") or {}
         domain = user.get("domain") or {}
-        name_ok = user.get("name") == credentials.openstack_username or user.get("id") == world.cloud.user_id
+        name_ok = user.get("name") == credentials.openstack_username or user.get("id") == cloud.user_id
         domain_ok = "id" in user or domain.get("name") == DOMAIN["name"] or domain.get("id") == DOMAIN["id"]
         secret_ok = secrets.compare_digest(str(user.get("password", "")), credentials.openstack_password)
         if name_ok and domain_ok and secret_ok:
-            _check_scope(world, auth.get("scope") if isinstance(auth, dict) else None)
+            _check_scope(world, cloud, auth.get("scope") if isinstance(auth, dict) else None)
             return method
     elif method == "application_credential":
         app_cred = identity.get("application_credential") or {}
@@ -106,7 +107,7 @@ def _authenticate(world: World, body: dict[str, Any]) -> str:
     raise ApiError(401, AUTH_REQUIRED)
 
 
-def _check_scope(world: World, scope: Any) -> None:
+def _check_scope(world: World, cloud: CloudState, scope: Any) -> None:
     if scope is None:
         return
     project = scope.get("project") if isinstance(scope, dict) else None
@@ -116,26 +117,26 @@ def _check_scope(world: World, scope: Any) -> None:
     by_name = project.get("name") == world.credentials.openstack_project and (
         domain.get("name") == DOMAIN["name"] or domain.get("id") == DOMAIN["id"]
     )
-    if not (by_name or project.get("id") == world.cloud.project_id):
+    if not (by_name or project.get("id") == cloud.project_id):
         raise ApiError(401, AUTH_REQUIRED)
 
 
-def token_body(world: World, token: Token, issued_at: str) -> dict[str, Any]:
+def token_body(world: World, cloud: CloudState, token: Token, issued_at: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "methods": [token.method],
         "user": {
             "domain": DOMAIN,
-            "id": world.cloud.user_id,
+            "id": cloud.user_id,
             "name": world.credentials.openstack_username,
             "password_expires_at": None,
         },
         "audit_ids": [secrets.token_urlsafe(16)],
         "expires_at": token.expires_at,
         "issued_at": issued_at,
-        "project": {"domain": DOMAIN, "id": world.cloud.project_id, "name": world.credentials.openstack_project},
+        "project": {"domain": DOMAIN, "id": cloud.project_id, "name": world.credentials.openstack_project},
         "is_domain": False,
         "roles": [{"id": uuid.uuid5(uuid.NAMESPACE_URL, role).hex, "name": role} for role in ("member", "reader")],
-        "catalog": catalog(world),
+        "catalog": catalog(cloud),
     }
     if token.method == "application_credential":
         body["application_credential"] = {
@@ -146,51 +147,51 @@ def token_body(world: World, token: Token, issued_at: str) -> dict[str, Any]:
     return {"token": body}
 
 
-def build_keystone_router(world: World) -> APIRouter:
-    public = service_router(world, "identity", prefix="/identity", authenticated=False)
-    protected = service_router(world, "identity", prefix="/identity")
+def build_keystone_router(world: World, cloud: CloudState) -> APIRouter:
+    public = service_router(world, cloud, "identity", prefix="/identity", authenticated=False)
+    protected = service_router(world, cloud, "identity", prefix="/identity")
 
     @public.get("")
     @public.get("/")
     async def versions(request: Request) -> Response:
-        return JSONResponse({"versions": {"values": [_version(world)]}}, status_code=300)
+        return JSONResponse({"versions": {"values": [_version(cloud)]}}, status_code=300)
 
     @public.get("/v3")
     @public.get("/v3/")
     async def version(request: Request) -> Response:
-        return JSONResponse({"version": _version(world)})
+        return JSONResponse({"version": _version(cloud)})
 
     @public.post("/v3/auth/tokens")
     async def issue(request: Request) -> Response:
-        method = _authenticate(world, await json_body(request))
+        method = _authenticate(world, cloud, await json_body(request))
         moment = now()
         token = Token(expires_at=_timestamp(moment + TOKEN_LIFETIME), method=method)
         value = new_token()
-        world.cloud.tokens[value] = token
+        cloud.tokens[value] = token
         world.stats.incr("openstack_tokens_issued")
         return JSONResponse(
-            token_body(world, token, _timestamp(moment)), status_code=201, headers={"X-Subject-Token": value}
+            token_body(world, cloud, token, _timestamp(moment)), status_code=201, headers={"X-Subject-Token": value}
         )
 
     @protected.get("/v3/auth/tokens")
     async def validate(request: Request) -> Response:
         subject = request.headers.get("x-subject-token", "")
-        token = world.cloud.tokens.get(subject)
+        token = cloud.tokens.get(subject)
         if token is None:
             raise ApiError(404, f"Could not find token: {subject}.")
-        return JSONResponse(token_body(world, token, token.expires_at), headers={"X-Subject-Token": subject})
+        return JSONResponse(token_body(world, cloud, token, token.expires_at), headers={"X-Subject-Token": subject})
 
     @protected.head("/v3/auth/tokens")
     async def check(request: Request) -> Response:
         subject = request.headers.get("x-subject-token", "")
-        if subject not in world.cloud.tokens:
+        if subject not in cloud.tokens:
             raise ApiError(404, f"Could not find token: {subject}.")
         return Response(status_code=200)
 
     @protected.delete("/v3/auth/tokens")
     async def revoke(request: Request) -> Response:
         subject = request.headers.get("x-subject-token", "")
-        if world.cloud.tokens.pop(subject, None) is None:
+        if cloud.tokens.pop(subject, None) is None:
             raise ApiError(404, f"Could not find token: {subject}.")
         return Response(status_code=204)
 

@@ -186,15 +186,15 @@ def _listing(
     return respond(request, {collection: [body for body in bodies if _matches(body, filters)]})
 
 
-def build_neutron_router(world: World) -> APIRouter:
-    public = service_router(world, "network", prefix="/network", authenticated=False)
-    router = service_router(world, "network", prefix="/network/v2.0")
-    state = world.cloud
+def build_neutron_router(world: World, cloud: CloudState) -> APIRouter:
+    public = service_router(world, cloud, "network", prefix="/network", authenticated=False)
+    router = service_router(world, cloud, "network", prefix="/network/v2.0")
+    state = cloud
 
     @public.get("")
     @public.get("/")
     async def versions(request: Request) -> Response:
-        link = {"rel": "self", "href": f"{world.openstack_url}/network/v2.0/"}
+        link = {"rel": "self", "href": f"{cloud.url}/network/v2.0/"}
         return respond(request, {"versions": [{"id": "v2.0", "status": "CURRENT", "links": [link]}]})
 
     @router.get("/extensions")

@@ -22,6 +22,7 @@ from corral.sandbox.cloud.server_request import MAX_METADATA_ITEMS
 from corral.sandbox.cloud.service import json_body, no_content, respond, service_router, version_at_least
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
@@ -29,9 +30,9 @@ FIXED_LIMITS = {"key_pairs": 100, "metadata_items": MAX_METADATA_ITEMS, "server_
 LEGACY_LIMITS = {"injected_file_content_bytes": 10240, "injected_file_path_bytes": 255, "injected_files": 5}
 
 
-def build_nova_versions_router(world: World) -> APIRouter:
+def build_nova_versions_router(world: World, cloud: CloudState) -> APIRouter:
     """`/compute` and `/compute/v2.1`: answered without a token, as Nova does."""
-    router = service_router(world, "compute", prefix="/compute", authenticated=False, microversions=NOVA)
+    router = service_router(world, cloud, "compute", prefix="/compute", authenticated=False, microversions=NOVA)
 
     def version(request: Request) -> dict[str, Any]:
         return {
@@ -40,7 +41,7 @@ def build_nova_versions_router(world: World) -> APIRouter:
             "version": NOVA.text(NOVA.maximum),
             "min_version": NOVA.text(NOVA.minimum),
             "updated": "2013-07-23T11:33:21Z",
-            "links": [{"rel": "self", "href": f"{world.openstack_url}/compute/v2.1/"}],
+            "links": [{"rel": "self", "href": f"{cloud.url}/compute/v2.1/"}],
         }
 
     @router.get("")
@@ -105,10 +106,10 @@ def generate_keypair() -> tuple[str, str]:
     return private, f"{public} Generated-by-Nova"
 
 
-def build_nova_resources_router(world: World) -> APIRouter:
-    router = service_router(world, "compute", prefix="/compute/v2.1", microversions=NOVA)
-    state = world.cloud
-    base = f"{world.openstack_url}/compute"
+def build_nova_resources_router(world: World, cloud: CloudState) -> APIRouter:
+    router = service_router(world, cloud, "compute", prefix="/compute/v2.1", microversions=NOVA)
+    state = cloud
+    base = f"{cloud.url}/compute"
 
     # -- flavors -------------------------------------------------------------------------------
 

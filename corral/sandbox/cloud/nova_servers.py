@@ -34,6 +34,7 @@ from corral.sandbox.cloud.service import (
 )
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 MAX_LIMIT = 1000
@@ -117,7 +118,7 @@ LIST_PARAMS = frozenset(
 class ServerFilter:
     """Nova's list filters, applied in memory: `name` and `ip` are regular expressions, tags match whole."""
 
-    def __init__(self, params: dict[str, str], world: World) -> None:
+    def __init__(self, params: dict[str, str], cloud: CloudState) -> None:
         self.name = _regex(params.get("name"))
         self.ip = _regex(params.get("ip"))
         status = params.get("status")
@@ -134,7 +135,7 @@ class ServerFilter:
         self.flavor = params.get("flavor")
         self.zone = params.get("availability_zone")
         self.uuid = params.get("uuid")
-        self.world = world
+        self.cloud = cloud
 
     def __call__(self, server: Server) -> bool:
         if self.status and server.status != self.status:
@@ -163,7 +164,7 @@ class ServerFilter:
         if self.uuid and server.id != self.uuid:
             return False
         if self.ip:
-            addresses = (port.ip_address for port in self.world.cloud.server_ports(server))
+            addresses = (port.ip_address for port in self.cloud.server_ports(server))
             return any(self.ip.search(address) for address in addresses)
         return True
 
@@ -202,10 +203,10 @@ def _limit(params: dict[str, str]) -> int:
     return min(int(text), MAX_LIMIT)
 
 
-def build_server_router(world: World) -> APIRouter:
-    router = service_router(world, "compute", prefix="/compute/v2.1", microversions=NOVA)
-    state = world.cloud
-    views = ServerViews(state, f"{world.openstack_url}/compute")
+def build_server_router(world: World, cloud: CloudState) -> APIRouter:
+    router = service_router(world, cloud, "compute", prefix="/compute/v2.1", microversions=NOVA)
+    state = cloud
+    views = ServerViews(state, f"{cloud.url}/compute")
 
     def page(request: Request, path: str) -> tuple[list[Server], list[dict[str, str]]]:
         params = dict(request.query_params)
@@ -213,7 +214,7 @@ def build_server_router(world: World) -> APIRouter:
             for key in params:
                 if key not in LIST_PARAMS and not key.startswith("_"):
                     raise ApiError(400, f"'{key}' does not match any of the regexes: '^_'")
-        keep = ServerFilter(params, world)
+        keep = ServerFilter(params, state)
         limit = _limit(params)
         marker = params.get("marker")
         candidates: Iterator[Server] = reversed(state.servers.values())
@@ -229,7 +230,7 @@ def build_server_router(world: World) -> APIRouter:
         if found and len(found) == limit:
             query = {key: value for key, value in params.items() if key not in ("marker", "limit")}
             query.update(limit=str(limit), marker=found[-1].id)
-            href = f"{world.openstack_url}/compute/v2.1/{path}?{urlencode(query)}"
+            href = f"{cloud.url}/compute/v2.1/{path}?{urlencode(query)}"
             next_links.append({"rel": "next", "href": href})
         return found, next_links
 
@@ -447,7 +448,7 @@ def build_server_router(world: World) -> APIRouter:
         server.tags = [*server.tags, tag]
         server.touch(now())
         response = no_content(request, 201)
-        response.headers["Location"] = f"{world.openstack_url}/compute/v2.1/servers/{server_id}/tags/{tag}"
+        response.headers["Location"] = f"{cloud.url}/compute/v2.1/servers/{server_id}/tags/{tag}"
         return response
 
     @router.delete("/servers/{server_id}/tags/{tag}")

@@ -17,6 +17,7 @@ from corral.sandbox.cloud.microversion import Microversions, Version
 from corral.sandbox.http import instrumented_router
 
 if TYPE_CHECKING:
+    from corral.sandbox.cloud.state import CloudState
     from corral.sandbox.world import World
 
 AUTH_REQUIRED = "The request you have made requires authentication."
@@ -29,6 +30,7 @@ GLANCE_AUTH_REQUIRED = (
 
 def service_router(
     world: World,
+    cloud: CloudState,
     service: str,
     *,
     prefix: str,
@@ -39,20 +41,20 @@ def service_router(
     is False (version discovery and token issue) and negotiate `microversions` when given."""
 
     async def pre_hook(request: Request, _key: str) -> Response | None:
-        if authenticated and request.headers.get("x-auth-token", "") not in world.cloud.tokens:
-            return unauthorized(world, service)
+        if authenticated and request.headers.get("x-auth-token", "") not in cloud.tokens:
+            return unauthorized(cloud, service)
         if microversions is not None:
             request.state.microversions = microversions
             request.state.version = microversions.negotiate(request)
         return None
 
-    return instrumented_router(world, "openstack", responder_for(service), pre_hook, prefix=prefix)
+    return instrumented_router(world, cloud.side, responder_for(service), pre_hook, prefix=prefix)
 
 
-def unauthorized(world: World, service: str = "identity") -> Response:
+def unauthorized(cloud: CloudState, service: str = "identity") -> Response:
     """keystonemiddleware's answer to a missing, unknown or expired token (Glance lets webob word it)."""
     response = glance_error(401, GLANCE_AUTH_REQUIRED) if service == "image" else keystone_error(401, AUTH_REQUIRED)
-    response.headers["WWW-Authenticate"] = f'Keystone uri="{world.openstack_url}/identity"'
+    response.headers["WWW-Authenticate"] = f'Keystone uri="{cloud.url}/identity"'
     return response
 
 

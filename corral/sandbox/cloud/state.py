@@ -119,8 +119,14 @@ class CloudState:
     - `reset()`: drop what was created at run time, restore default quotas and seeded resources.
     """
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, *, name: str = "one", url: str = "", region: str = "RegionOne") -> None:
+        """`name`: which of the world's clouds this is (the first is `one`); `url`: where it is served."""
         self.world = world
+        self.name = name
+        self.url = url.rstrip("/")
+        self.region = region
+        self.side = "openstack" if name == "one" else f"openstack-{name}"
+        """What its calls are counted and faulted as: `openstack` for the first cloud, `openstack-two`..."""
         self.project_id = seed.seeded_id("project", world.credentials.openstack_project).replace("-", "")
         self.user_id = seed.seeded_id("user", world.credentials.openstack_username).replace("-", "")
         self.tokens: dict[str, Token] = {}
