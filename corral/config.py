@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -293,6 +294,10 @@ PoolImage = Annotated[
 """`image`: a name or id, or a filter (`{properties: {...}, tags: [...]}`) for the newest matching image."""
 
 
+def image_ref(image: str | ImageFilterConfig) -> ImageRef:
+    return image.to_filter() if isinstance(image, ImageFilterConfig) else image
+
+
 class RolloutConfig(StrictModel):
     """How a pool moves its idle runners to a new image (its `image` changed, or now means a new upload)."""
 
@@ -304,6 +309,37 @@ class RolloutConfig(StrictModel):
     the pool rolls back to the image in service before."""
     min_boots: int = Field(default=3, ge=1, le=1000)
     """Runners on a new image judged (online or failed) before it is rolled back or put in service."""
+
+
+class PlacementConfig(StrictModel):
+    """Where a pool's servers may be made: a cloud of `clouds`, and what differs there from the pool's own
+    settings (an image, flavor or network has another name in another region)."""
+
+    cloud: str = Field(min_length=1)
+    flavor: str | None = Field(default=None, min_length=1)
+    image: PoolImage | None = None
+    networks: list[str] | None = None
+    security_groups: list[str] | None = None
+    key_name: str | None = None
+    availability_zone: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A pool's placement, resolved: its settings with the pool's filled in where it overrides none."""
+
+    index: int
+    cloud: str
+    flavor: str
+    image: ImageRef
+    networks: tuple[str, ...]
+    security_groups: tuple[str, ...]
+    key_name: str | None
+    availability_zone: str | None
+
+    def key(self, pool: str) -> str:
+        """What the placement is known by: its pool's name for the first, `pool@index` for a later one."""
+        return pool if self.index == 0 else f"{pool}@{self.index}"
 
 
 class PoolConfig(StrictModel):
@@ -323,6 +359,9 @@ class PoolConfig(StrictModel):
     boot_volume_type: str | None = None
     extra_volumes: list[VolumeConfig] = Field(default_factory=list)
     metadata: dict[str, str] = Field(default_factory=dict)
+    placements: list[PlacementConfig] = Field(default_factory=list, max_length=16)
+    """Where its servers are made, in order of preference: the first that has quota headroom, has not failed
+    lately and whose check found nothing wrong; none given is the first of `clouds` with the settings above."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     min_idle: WarmRunners = 0
     """Warm runners kept idle: a number, or a schedule (`{default, timezone, schedules: [{cron, duration,
@@ -373,7 +412,26 @@ class PoolConfig(StrictModel):
 
     @property
     def image_ref(self) -> ImageRef:
-        return self.image.to_filter() if isinstance(self.image, ImageFilterConfig) else self.image
+        return image_ref(self.image)
+
+    def resolved_placements(self, default_cloud: str) -> list[Placement]:
+        """Its placements with its own settings filled in (none given: one, in `default_cloud`)."""
+        given = self.placements or [PlacementConfig(cloud=default_cloud)]
+        return [
+            Placement(
+                index=index,
+                cloud=placement.cloud,
+                flavor=placement.flavor or self.flavor,
+                image=image_ref(placement.image) if placement.image is not None else self.image_ref,
+                networks=tuple(self.networks if placement.networks is None else placement.networks),
+                security_groups=tuple(
+                    self.security_groups if placement.security_groups is None else placement.security_groups
+                ),
+                key_name=placement.key_name or self.key_name,
+                availability_zone=placement.availability_zone or self.availability_zone,
+            )
+            for index, placement in enumerate(given)
+        ]
 
     def label_set(self) -> frozenset[str]:
         return frozenset(label.lower() for label in self.labels)
@@ -468,10 +526,9 @@ class GitHubConfig(StrictModel):
         return self.app_id is not None
 
 
-class CloudConfig(StrictModel):
-    """Which `clouds.yaml` entry to use; with no name, openstacksdk reads the `OS_*` variables."""
+class CloudTuning(StrictModel):
+    """What each cloud may set: its region, and how corral paces its calls to it."""
 
-    name: str | None = None
     region: str | None = None
     max_concurrent_creates: int = Field(default=8, ge=1, le=256)
     quota_retry: Interval = 30.0
@@ -480,6 +537,28 @@ class CloudConfig(StrictModel):
     """How long one cloud API call may take before it counts as failed (keystoneauth waits for ever otherwise)."""
     threads: int = Field(default=8, ge=1, le=64)
     """Worker threads for cloud calls other than creates (listings, deletes, pool checks)."""
+
+
+class CloudConfig(CloudTuning):
+    """The one cloud (`cloud:`): which `clouds.yaml` entry to use; with no name, openstacksdk reads the `OS_*`
+    variables."""
+
+    name: str | None = None
+
+
+class CloudEntryConfig(CloudTuning):
+    """One of several clouds (`clouds: {name: {cloud: <clouds.yaml entry>, region: ...}}`)."""
+
+    cloud: str | None = None
+    """Its `clouds.yaml` entry; with none, openstacksdk reads the `OS_*` variables."""
+
+    def settings(self) -> CloudConfig:
+        return CloudConfig(name=self.cloud, **self.model_dump(exclude={"cloud"}))
+
+
+DEFAULT_CLOUD = "default"
+"""The name the single `cloud:` section goes by among `clouds`."""
+CLOUD_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 
 
 class TuningConfig(StrictModel):
@@ -515,6 +594,9 @@ class CorralConfig(StrictModel):
 
     github: GitHubConfig
     cloud: CloudConfig = Field(default_factory=CloudConfig)
+    clouds: dict[str, CloudEntryConfig] = Field(default_factory=dict, max_length=32)
+    """Several clouds by name (regions, providers): pools place servers in them with `placements`. The single
+    `cloud:` is the one-entry map `{default: ...}`; the first entry is where pools without placements go."""
     database_url: str = "sqlite:///corral.db"
     installation: str = Field(default="corral", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
     name_prefix: str = Field(default="corral", pattern=r"^[a-z][a-z0-9-]{0,14}$")
@@ -577,6 +659,49 @@ class CorralConfig(StrictModel):
         if not parsed.database or parsed.database == ":memory:":
             raise ValueError(f"names no database (an in-memory one would forget every runner); use {DATABASES[driver]}")
         return url
+
+    def cloud_settings(self) -> dict[str, CloudConfig]:
+        """Every cloud by name, the first being where pools without placements go."""
+        if not self.clouds:
+            return {DEFAULT_CLOUD: self.cloud}
+        return {name: entry.settings() for name, entry in self.clouds.items()}
+
+    @property
+    def default_cloud(self) -> str:
+        return next(iter(self.clouds), DEFAULT_CLOUD)
+
+    def placements(self, pool: str) -> list[Placement]:
+        return self.pools[pool].resolved_placements(self.default_cloud)
+
+    @model_validator(mode="after")
+    def clouds_are_consistent(self) -> CorralConfig:
+        """`cloud` or `clouds`, cloud names fit for labels, and every placement names a cloud."""
+        problems = []
+        if self.clouds and "cloud" in self.model_fields_set:
+            problems.append(
+                "cloud: give either `cloud` (one cloud) or `clouds` (several by name), not both; move its "
+                "settings into an entry of `clouds`"
+            )
+        for name in self.clouds:
+            if not CLOUD_NAME_PATTERN.match(name):
+                problems.append(
+                    f"clouds.{name}: a cloud's name is shown in metrics and runner records; use 1-32 lowercase "
+                    "letters, digits and dashes, starting and ending with a letter or digit"
+                )
+        known = list(self.cloud_settings())
+        for pool_name, pool in self.pools.items():
+            for index, placement in enumerate(pool.placements):
+                if placement.cloud not in known:
+                    fix = "add it to `clouds`" if self.clouds else "declare your clouds in `clouds` by name"
+                    problems.append(
+                        f"pools.{pool_name}.placements.{index}.cloud: {placement.cloud!r} names no cloud "
+                        f"(known: {known}); {fix}"
+                    )
+        if problems:
+            raise ValueError("\n".join(problems))
+        if self.clouds:
+            object.__setattr__(self, "cloud", self.cloud_settings()[self.default_cloud])
+        return self
 
     @model_validator(mode="after")
     def pools_are_consistent(self) -> CorralConfig:

@@ -23,8 +23,10 @@ import uvicorn
 import yaml
 
 from corral.api.app import build_app
+from corral.cloud.clouds import CloudSet
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudProvider
+from corral.config import DEFAULT_CLOUD
 from corral.files import write_private
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.sandbox.server import SandboxInfo, bind_socket
@@ -36,9 +38,23 @@ from corral.store.tokens import ApiToken
 T = TypeVar("T")
 
 
-def sandbox_connection(sandbox: SandboxInfo) -> openstack.connection.Connection:
+def sandbox_connection(sandbox: SandboxInfo, entry: str | None = None) -> openstack.connection.Connection:
+    """openstacksdk connected to one of the sandbox's `clouds.yaml` entries (its first cloud by default)."""
     config = openstack.config.OpenStackConfig(config_files=[sandbox.clouds_yaml])
-    return openstack.connection.Connection(config=config.get_one(cloud=sandbox.cloud_name))
+    return openstack.connection.Connection(config=config.get_one(cloud=entry or sandbox.cloud_name))
+
+
+def sandbox_clouds(sandbox: SandboxInfo, document: dict[str, Any]) -> CloudSet:
+    """The clouds a corral.yaml document names, each connected through the sandbox's `clouds.yaml` (a single
+    `cloud:` is the sandbox's first cloud)."""
+    installation = document.get("installation", "corral")
+    entries = {name: entry.get("cloud") for name, entry in document.get("clouds", {}).items()}
+    return CloudSet(
+        {
+            name: OpenStackProvider(sandbox_connection(sandbox, entry), installation)
+            for name, entry in (entries or {DEFAULT_CLOUD: None}).items()
+        }
+    )
 
 
 def corral_config(sandbox: SandboxInfo, database_url: str, pools: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -98,10 +114,7 @@ class LocalCorral:
         self.sandbox = sandbox
         self.config_path = config_path
         self.write_config(document)
-        installation = document.get("installation", "corral")
-        self.service = Service.from_file(
-            config_path, cloud=cloud or OpenStackProvider(sandbox_connection(sandbox), installation)
-        )
+        self.service = Service.from_file(config_path, cloud=cloud or sandbox_clouds(sandbox, document))
         self._socket = bind_socket("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         self._server = uvicorn.Server(

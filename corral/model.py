@@ -183,6 +183,8 @@ class Runner:
     registered_at: datetime | None = None
     image_id: str | None = None
     """The image its server was created from (None until it was, or for runners older than the record)."""
+    cloud: str | None = None
+    """Which of corral's clouds its server is made in (None: the first, for runners older than the record)."""
 
 
 @dataclass(frozen=True, slots=True)

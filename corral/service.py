@@ -12,6 +12,7 @@ import os
 import socket
 from pathlib import Path
 
+from corral.cloud.clouds import CloudSet
 from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import CloudProvider
 from corral.config import ConfigError, CorralConfig, load_config
@@ -31,7 +32,7 @@ class Service:
         config: CorralConfig,
         *,
         config_path: Path | None = None,
-        cloud: CloudProvider | None = None,
+        cloud: CloudProvider | CloudSet | None = None,
         store: Store | None = None,
         replica: str | None = None,
     ) -> None:
@@ -45,12 +46,7 @@ class Service:
         except BaseException:
             self.serve_lock.release()
             raise
-        self.cloud = cloud or OpenStackProvider(
-            connect(config.cloud),
-            config.installation,
-            timeout_s=config.cloud.timeout,
-            connections=config.cloud.max_concurrent_creates + config.cloud.threads,
-        )
+        self.cloud = self._clouds(config, cloud)
         self.github = GitHubClient(config.github)
         self.replica = replica or f"{socket.gethostname()}:{os.getpid()}"
         self.engine = Engine(
@@ -66,8 +62,29 @@ class Service:
         self.last_reload_problems: list[str] = []
         self.engine.reload_config = self.reload
 
+    @staticmethod
+    def _clouds(config: CorralConfig, given: CloudProvider | CloudSet | None) -> CloudSet:
+        """The clouds given (one provider stands for the first cloud), or each of the config's connected."""
+        if isinstance(given, CloudSet):
+            return given
+        if given is not None:
+            return CloudSet({config.default_cloud: given})
+        return CloudSet(
+            {
+                name: OpenStackProvider(
+                    connect(settings),
+                    config.installation,
+                    timeout_s=settings.timeout,
+                    connections=settings.max_concurrent_creates + settings.threads,
+                )
+                for name, settings in config.cloud_settings().items()
+            }
+        )
+
     @classmethod
-    def from_file(cls, path: Path, *, cloud: CloudProvider | None = None, replica: str | None = None) -> Service:
+    def from_file(
+        cls, path: Path, *, cloud: CloudProvider | CloudSet | None = None, replica: str | None = None
+    ) -> Service:
         return cls(load_config(path), config_path=path, cloud=cloud, replica=replica)
 
     async def run(self) -> None:
@@ -93,7 +110,7 @@ class Service:
             for key in ("database_url", "installation", "name_prefix")
             if getattr(config, key) != getattr(self.config, key)
         ]
-        if config.github != self.config.github or config.cloud != self.config.cloud:
+        if config.github != self.config.github or config.cloud_settings() != self.config.cloud_settings():
             unchangeable.append("github/cloud credentials")
         if unchangeable:
             problems = [f"{key}: cannot change at run time; restart corral to apply it" for key in unchangeable]

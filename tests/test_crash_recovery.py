@@ -163,3 +163,54 @@ def test_sighup_reloads_the_config_and_a_bad_file_keeps_the_running_one(
     process.process.send_signal(signal.SIGHUP)
     wait_until(lambda: control.get("/stats").json()["github"]["runners"]["online"] == 1, what="shrunk by SIGHUP")
     assert process.process.poll() is None, "the bad reload in between neither stopped corral nor its reloads"
+
+
+def test_kill_9_during_spill_over_to_a_second_cloud_leaks_nothing_in_either(
+    sandbox: Sandbox, control: httpx.Client, corral_process: Any, tmp_path: Path
+) -> None:
+    """The first cloud refuses every create, so the pool's warm runners spill over to the second, whose creates
+    are slow: corral is killed -9 with creates in flight there. The next life finds and deletes what the killed
+    one made, in the cloud it made it in."""
+    pool = pool_spec(["small"], min_idle=3, placements=[{"cloud": "east"}, {"cloud": "west"}])
+    document = corral_config(
+        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool}, reconcile_interval="1s"
+    )
+    del document["cloud"]
+    document["clouds"] = {"east": {"cloud": sandbox.info.cloud_name}, "west": {"cloud": sandbox.info.second_cloud_name}}
+    faults = [
+        {"match": "openstack POST /compute/v2.1/servers", "error_rate": 1.0, "status": 503},
+        {"match": "openstack-two POST /compute/v2.1/servers", "latency_ms": 1500},
+    ]
+    control.put("/faults", json={"endpoints": faults}).raise_for_status()
+    victim = corral_process(document)
+    victim.start()
+
+    def west_creates_in_flight() -> bool:
+        calls: dict[str, int] = control.get("/stats").json()["api_calls"].get("openstack-two", {})
+        return calls.get("POST /compute/v2.1/servers", 0) >= 2
+
+    wait_until(west_creates_in_flight, what="creates in flight in the second cloud")
+    victim.kill()
+    control.put("/faults", json={}).raise_for_status()
+    wait_until(
+        lambda: control.get("/stats").json()["clouds"]["two"]["servers_created"] >= 2,
+        what="servers the killed process asked the second cloud for exist anyway",
+    )
+    document["pools"]["small"]["min_idle"] = 0
+    (tmp_path / "corral.yaml").write_text(yaml.safe_dump(document))
+    survivor = corral_process(document)
+    survivor.start()
+
+    def left_in_either() -> dict[str, int]:
+        stats = control.get("/stats").json()
+        return {
+            "east": stats["clouds"]["one"]["servers"],
+            "west": stats["clouds"]["two"]["servers"],
+            "registrations": stats["github"]["runners"]["registered"],
+        }
+
+    wait_until(
+        lambda: left_in_either() == {"east": 0, "west": 0, "registrations": 0},
+        timeout=40,
+        what="no server left in either cloud, no registration left",
+    )

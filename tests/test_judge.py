@@ -32,8 +32,8 @@ class Learned:
         self.online: list[str] = []
         self.failed: list[str] = []
 
-    async def came_online(self, pool: str) -> None:
-        self.online.append(pool)
+    async def came_online(self, runner: Runner) -> None:
+        self.online.append(runner.pool)
 
     async def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
         self.failed.append(runner.pool)

@@ -89,12 +89,12 @@ def test_an_exception_in_a_delete_is_noted_on_the_runner_and_the_delete_retried(
     real_delete = cloud.delete_server
     calls: list[str] = []
 
-    def delete_once_raising(server_id: str) -> None:
+    def delete_once_raising(server_id: str, in_cloud: str) -> None:
         # Fault injection inside corral's process: a delete that raises what no cloud error is mapped to.
         calls.append(server_id)
         if len(calls) == 1:
             raise RuntimeError("injected: the delete blew up")
-        real_delete(server_id)
+        real_delete(server_id, in_cloud)
 
     monkeypatch.setattr(cloud, "delete_server", delete_once_raising)
     job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 0}).json()

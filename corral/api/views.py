@@ -218,6 +218,8 @@ class RunnerView(BaseModel):
     server_id: str | None
     image_id: str | None
     """The image its server was made from (a rollout replaces idle runners on one the pool no longer uses)."""
+    cloud: str | None
+    """Which of corral's clouds its server is made in (null: the first, for runners older than the record)."""
     github_runner_id: int | None
     job_id: int | None
     labels: list[str]
@@ -237,6 +239,7 @@ class RunnerView(BaseModel):
             message=runner.message,
             server_id=runner.server_id,
             image_id=runner.image_id,
+            cloud=runner.cloud,
             github_runner_id=runner.github_runner_id,
             job_id=runner.job_id,
             labels=list(runner.labels),

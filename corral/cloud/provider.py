@@ -72,6 +72,8 @@ class ServerSpec:
     metadata: dict[str, str] = field(default_factory=dict)
     user_data: str = field(default="", repr=False)
     """Contains the JIT config: excluded from repr so it cannot reach a log line by accident."""
+    cloud: str = "default"
+    """Which of corral's clouds it is made in (`CloudSet` routes the create; a provider is one cloud)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class CloudServer:
     fault: str | None = None
     image_id: str | None = None
     """The image it was created from (None when the cloud does not say: a server booted from a volume)."""
+    cloud: str = "default"
+    """Which of corral's clouds it is in (set by `CloudSet`)."""
 
     @property
     def is_error(self) -> bool:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from corral.cloud.provider import CloudError, CloudProvider, ServerSpec
+from corral.cloud.clouds import CloudSet
+from corral.cloud.provider import CloudError, ServerSpec
 from corral.cloud.quota import ServerCost
 from corral.engine.backoff import Backoff, LogOnce
 
@@ -40,11 +41,14 @@ class PoolCheck:
 
 
 class PoolChecker:
-    """Checks pools against the cloud, keeps what it found, and says whether each pool is fit to serve."""
+    """Checks pools against the cloud, keeps what it found, and says whether each pool is fit to serve.
+
+    A pool with several placements is checked once per placement, each known by `Placement.key` (the pool's
+    name for the first); each placement's readiness, image and server cost are its own."""
 
     def __init__(
         self,
-        cloud: CloudProvider,
+        cloud: CloudSet,
         executor: Executor,
         log_once: LogOnce,
         clock: Callable[[], float],

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import replace
 
-from corral.cloud.provider import CloudError, CloudProvider, CloudServer
+from corral.cloud.clouds import CloudSet
+from corral.cloud.provider import CloudError, CloudServer
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.observe import Observation
@@ -33,10 +34,18 @@ FORGET_ATTEMPTS_OVER = 10_000
 
 class Cleaner:
     def __init__(
-        self, mover: Mover, cloud: CloudProvider, github: GitHubClient, executor: Executor, log_once: LogOnce
+        self,
+        mover: Mover,
+        clouds: CloudSet,
+        github: GitHubClient,
+        executor: Executor,
+        log_once: LogOnce,
+        default_cloud: Callable[[], str] = lambda: "default",
     ) -> None:
+        """`default_cloud`: where the servers of runners older than their cloud's record are (the first)."""
         self._mover = mover
-        self._cloud = cloud
+        self._clouds = clouds
+        self._default_cloud = default_cloud
         self._github = github
         self._executor = executor
         self._log_once = log_once
@@ -53,9 +62,11 @@ class Cleaner:
         while len(self._attempted) > FORGET_ATTEMPTS_OVER:
             del self._attempted[next(iter(self._attempted))]
         listed = observation.server_for(runner.id) if observation is not None else None
-        for server_id in {runner.server_id, listed.id if listed else None} - {None}:
-            assert server_id is not None
-            await self.delete_server(server_id)
+        servers = {(runner.server_id, self._cloud_of(runner))} if runner.server_id else set()
+        if listed is not None:
+            servers.add((listed.id, listed.cloud))
+        for server_id, cloud in servers:
+            await self.delete_server(server_id, cloud)
         # A registration the last look listed (found by name too: a crash between the JIT config and
         # recording its id leaves one corral knows only by the name it gave it), or, when the scope could
         # not be listed, the one corral recorded. An ephemeral runner deregisters itself after its job, so
@@ -80,13 +91,18 @@ class Cleaner:
         if deleting is None:
             return False
         if deleting.server_id is not None:
-            await self.delete_server(deleting.server_id)
+            await self.delete_server(deleting.server_id, self._cloud_of(deleting))
         return True
 
-    async def delete_server(self, server_id: str) -> bool:
+    def _cloud_of(self, runner: Runner) -> str:
+        return runner.cloud or self._default_cloud()
+
+    async def delete_server(self, server_id: str, cloud: str) -> bool:
         started = time.perf_counter()
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._cloud.delete_server, server_id)
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._clouds.delete_server, server_id, cloud
+            )
         except CloudError as exc:
             CLOUD_CALLS.labels("delete_server", type(exc).__name__).inc()
             self._log_once.warning(
@@ -127,4 +143,4 @@ class Cleaner:
     async def delete_orphan(self, server: CloudServer) -> None:
         logger.info("deleting orphaned server %s (%s): no live runner owns it", server.name, server.id)
         ORPHANS_DELETED.labels("server").inc()
-        await self.delete_server(server.id)
+        await self.delete_server(server.id, server.cloud)

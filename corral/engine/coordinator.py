@@ -38,7 +38,7 @@ from string import Template
 
 from corral import __version__
 from corral.clock import utcnow
-from corral.cloud.provider import CloudProvider
+from corral.cloud.clouds import CloudSet
 from corral.cloud.quota import ServerCost
 from corral.config import CorralConfig
 from corral.engine import messages
@@ -105,7 +105,7 @@ class Engine:
         self,
         config: CorralConfig,
         store: Store,
-        cloud: CloudProvider,
+        cloud: CloudSet,
         github: GitHubClient,
         *,
         user_data_template: Template | None = None,
@@ -146,14 +146,19 @@ class Engine:
             jit_concurrency=config.tuning.jit_concurrency,
             scale_set_jit=self.scalesets.jit_config,
             pinned_image=self.rollouts.pinned,
+            clouds_of=self._clouds_of,
+            clock=clock,
         )
-        self.cleaner = Cleaner(self.mover, cloud, github, self._cloud_threads, self.log_once)
+        self.cleaner = Cleaner(
+            self.mover, cloud, github, self._cloud_threads, self.log_once, lambda: self.config.default_cloud
+        )
         self.jobs = JobTracker(store, github, self.log_once, clock)
         self.status = StatusPublisher(store)
         self.judge = RunnerJudge(
             lambda: self.config, self.mover, self.supervisor, self.creator, self._ask_github_in, self.rollouts
         )
-        self.quota = QuotaBudget(clock)
+        self.quotas = {name: QuotaBudget(clock) for name in cloud.names}
+        """Each cloud's quota budget."""
         self.scaler = Scaler(
             config=lambda: self.config,
             template=lambda: self.template,
@@ -168,7 +173,8 @@ class Engine:
             log_once=self.log_once,
             fence=self.leases.fence,
             scale_sets=self.scalesets,
-            quota=self.quota,
+            quotas=lambda name: self.quotas[name],
+            placement_ready=lambda key: self.checker.readiness(key)[0],
             server_cost=self.checker.cost,
             image_of=lambda pool: self.rollouts.image(pool, self.checker.image_id(pool)),
             rolled_back=lambda pool: self.rollouts.pinned(pool) is not None,
@@ -382,7 +388,10 @@ class Engine:
         changed, self.drained = drained ^ self.drained, drained
         for pool in changed:
             self.workers.wake(pool)
-        self.quota.others_waiting(self._others_waiting(statuses))
+        waits = self._others_waiting(statuses)
+        for cloud, budget in self.quotas.items():
+            # A pool another replica holds waits in its first placement's cloud.
+            budget.others_waiting(wait for wait in waits if self._clouds_of(wait[0])[0] == cloud)
 
     def _others_waiting(self, statuses: dict[str, PoolStatus]) -> list[tuple[str, int, ServerCost, int, float]]:
         """The quota waits of pools other replicas hold, as their status rows say."""
@@ -462,7 +471,8 @@ class Engine:
             executor=self._cloud_threads,
             volumes=self.config.uses_volumes(),
         )
-        self.quota.refresh(observation.headroom, began, began_wall)
+        for name, budget in self.quotas.items():
+            budget.refresh(observation.headrooms.get(name), began, began_wall)
         return observation
 
     async def _observed(self, observation: Observation) -> None:
@@ -572,12 +582,24 @@ class Engine:
     # -- beside the passes ------------------------------------------------------------------------
 
     async def _check_due_pools(self) -> None:
-        due = self.checker.due(sorted(pool for pool in self.config.pools if self.leases.holds(pool)))
+        """Check each placement of the pools held here that is due (a pool's first is known by its name)."""
+        config = self.config
+        placements = {
+            placement.key(name): (name, placement)
+            for name in config.pools
+            if self.leases.holds(name)
+            for placement in config.placements(name)
+        }
+        due = self.checker.due(sorted(placements))
         if not due:
             return
-        config = self.config
-        await asyncio.gather(*(self.checker.check(name, server_spec(config, name, None)) for name in due))
-        self.wake(due)
+        await asyncio.gather(
+            *(
+                self.checker.check(key, server_spec(config, placements[key][0], None, placement=placements[key][1]))
+                for key in due
+            )
+        )
+        self.wake(sorted({placements[key][0] for key in due}))
 
     async def _job_upkeep(self) -> None:
         if not self.leases.holds(HOUSEKEEPING):
@@ -601,7 +623,7 @@ class Engine:
         """The pool's ready condition: the worst of its parts, with the reason."""
         if name in self.drained:
             return False, "drained by an operator"
-        ready, reason = self.checker.readiness(name)
+        ready, reason = self._placements_ready(name)
         if not ready:
             return ready, reason
         paused = self.creator.paused_s(name)
@@ -612,6 +634,29 @@ class Engine:
         if github_paused > 0:
             return False, f"GitHub calls paused for {github_paused:.0f}s (rate limited; resuming at the reset)"
         return True, None
+
+    def _placements_ready(self, name: str) -> tuple[bool, str | None]:
+        """A pool is fit to serve when one of its placements is; if none is, the first one's reason says why."""
+        if name not in self.config.pools:
+            return self.checker.readiness(name)
+        placements = self.config.placements(name)
+        answers = [(placement, self.checker.readiness(placement.key(name))) for placement in placements]
+        if any(ready for _, (ready, _) in answers):
+            return True, None
+        if len(answers) == 1:
+            return answers[0][1]
+        return False, "; ".join(f"in {placement.cloud}: {reason}" for placement, (_, reason) in answers)
+
+    def _clouds_of(self, pool: str) -> list[str]:
+        """The clouds of the pool's placements, in order (a removed pool's runners: the first cloud)."""
+        if pool not in self.config.pools:
+            return [self.config.default_cloud]
+        return [placement.cloud for placement in self.config.placements(pool)]
+
+    @property
+    def quota(self) -> QuotaBudget:
+        """The first cloud's quota budget (what the API and the timeline show)."""
+        return self.quotas[self.config.default_cloud]
 
     def snapshot(self, name: str) -> PoolSnapshot:
         return self.status.snapshots.get(name) or PoolSnapshot(name)

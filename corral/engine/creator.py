@@ -2,7 +2,9 @@
 
 Every way this can go wrong ends the same way: the runner moves to `failed` with a reason code and the far
 end's own words, the failure is counted by pool and reason, and the pool backs off before creating again.
-A refusal Nova will repeat (a 400 for the request as made) also marks the pool not ready, with Nova's message.
+A refusal Nova will repeat (a 400 for the request as made) also marks the pool (its placement) not ready,
+with Nova's message. A pool placed in several clouds backs off per cloud: while one cloud fails, its
+runners spill over to the next, and only when every cloud of the pool fails does the pool itself pause.
 """
 
 from __future__ import annotations
@@ -17,19 +19,19 @@ from datetime import datetime
 from string import Template
 
 from corral.clock import utcnow
+from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import (
     META_INSTALLATION,
     META_POOL,
     META_RUNNER,
     CloudError,
-    CloudProvider,
     CloudQuotaExceeded,
     CloudRequestRejected,
     CloudServer,
     ServerSpec,
 )
-from corral.config import CorralConfig, PoolConfig, ScopeConfig
-from corral.engine.backoff import LogOnce
+from corral.config import CorralConfig, Placement, PoolConfig, ScopeConfig
+from corral.engine.backoff import Backoff, LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
 from corral.engine.transitions import Mover
@@ -49,11 +51,19 @@ class Failure:
 
 
 def server_spec(
-    config: CorralConfig, pool_name: str, runner: Runner | None, user_data: str = "", *, image: str | None = None
+    config: CorralConfig,
+    pool_name: str,
+    runner: Runner | None,
+    user_data: str = "",
+    *,
+    image: str | None = None,
+    placement: Placement | None = None,
 ) -> ServerSpec:
-    """The server a pool's runner gets (`runner` None: a stand-in, for checking the pool); `image` pins an
-    image id in place of what the pool's `image` names (a rolled-back rollout's)."""
+    """The server a pool's runner gets (`runner` None: a stand-in, for checking the pool) in one of its
+    placements (None: the first); `image` pins an image id in place of what the placement's `image` names (a
+    rolled-back rollout's)."""
     pool = config.pools[pool_name]
+    where = placement or config.placements(pool_name)[0]
     metadata = {
         **pool.metadata,
         META_INSTALLATION: config.installation,
@@ -62,18 +72,19 @@ def server_spec(
     }
     return ServerSpec(
         name=runner.name if runner else "check",
-        image=image or pool.image_ref,
-        flavor=pool.flavor,
-        networks=tuple(pool.networks),
-        security_groups=tuple(pool.security_groups),
-        key_name=pool.key_name,
-        availability_zone=pool.availability_zone,
+        image=image or where.image,
+        flavor=where.flavor,
+        networks=where.networks,
+        security_groups=where.security_groups,
+        key_name=where.key_name,
+        availability_zone=where.availability_zone,
         config_drive=pool.config_drive,
         boot_volume_gb=pool.boot_volume_gb,
         boot_volume_type=pool.boot_volume_type,
         volumes=tuple(config.volumes_for(pool_name)),
         metadata=metadata,
         user_data=user_data,
+        cloud=where.cloud,
     )
 
 
@@ -83,7 +94,7 @@ class Creator:
     def __init__(
         self,
         mover: Mover,
-        cloud: CloudProvider,
+        cloud: CloudSet,
         github: GitHubClient,
         checker: PoolChecker,
         pauses: PoolPauses,
@@ -93,6 +104,8 @@ class Creator:
         jit_concurrency: int,
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
         pinned_image: Callable[[str], str | None] = lambda _: None,
+        clouds_of: Callable[[str], list[str]] = lambda _: [],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
         scale set itself (they then belong to it); other pools' come from the REST API."""
@@ -108,33 +121,73 @@ class Creator:
         self._scale_set_jit = scale_set_jit
         self._pinned_image = pinned_image
         """The image id a pool's runners must be created from instead of its `image` (rolled back), if any."""
+        self._clouds_of = clouds_of
+        """The clouds of a pool's placements, in order (the first for runners older than their record)."""
+        self._clock = clock
+        self._cloud_backoffs: dict[tuple[str, str], Backoff] = {}
+        """Per pool and cloud, for pools placed in several: a failing cloud's runners go to the next."""
 
-    async def came_online(self, pool: str) -> None:
-        """A runner of the pool came online: the whole way from intent to runner works, so any backoff ends.
-        (A create the cloud accepted is not enough: a server that then goes to ERROR is a failure too.)"""
-        if await self.pauses.succeeded(pool):
-            logger.info("pool %s: a runner came online; creating at full speed again", pool)
+    async def came_online(self, runner: Runner) -> None:
+        """A runner came online: the whole way from intent to runner works, so any backoff ends (its pool's,
+        and its cloud's for the pool). (A create the cloud accepted is not enough: a server that then goes to
+        ERROR is a failure too.)"""
+        backoff = self._cloud_backoffs.get((runner.pool, self._cloud_of(runner)))
+        if backoff is not None:
+            backoff.succeeded()
+        if await self.pauses.succeeded(runner.pool):
+            logger.info("pool %s: a runner came online; creating at full speed again", runner.pool)
 
     async def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:
-        """A server the cloud accepted never became a runner (ERROR, vanished, timed out): back the pool off."""
-        wait = await self.pauses.failed(runner.pool)
+        """A server the cloud accepted never became a runner (ERROR, vanished, timed out): back off."""
+        wait, where = await self._back_off(runner)
         self._log_once.warning(
             f"create:{runner.pool}:{reason.value}",
-            f"pool {runner.pool}: runner {runner.name} failed ({reason.value}), creating again in {wait:.0f}s: "
+            f"pool {runner.pool}: runner {runner.name} failed ({reason.value}), {where} in {wait:.0f}s: "
             f"{message or ''}",
         )
 
     def paused_s(self, pool: str) -> float:
         return self.pauses.remaining_s(pool)
 
+    def cloud_paused_s(self, pool: str, cloud: str) -> float:
+        """How long the pool sends no runner to `cloud`, which failed it lately (0 for a pool in one cloud,
+        which pauses as a whole instead)."""
+        backoff = self._cloud_backoffs.get((pool, cloud))
+        return backoff.remaining_s if backoff is not None else 0.0
+
+    def _cloud_of(self, runner: Runner) -> str:
+        return runner.cloud or next(iter(self._clouds_of(runner.pool)), "default")
+
+    async def _back_off(
+        self, runner: Runner, at_least_s: float = 0.0, *, cloud_fault: bool = True
+    ) -> tuple[float, str]:
+        """After a failed runner: when the cloud failed it, its cloud backs off for the pool, and while
+        another of the pool's clouds has not, the runners go there (the pool itself pauses only when all
+        have; a GitHub failure pauses it at once). Returns the wait and what comes after it, for the log."""
+        clouds = set(self._clouds_of(runner.pool))
+        if cloud_fault and len(clouds) > 1:
+            cloud = self._cloud_of(runner)
+            backoff = self._cloud_backoffs.setdefault((runner.pool, cloud), Backoff(clock=self._clock))
+            wait = backoff.failed(at_least_s)
+            others = sorted(other for other in clouds if not self.cloud_paused_s(runner.pool, other))
+            if others:
+                return wait, f"its runners go to {', '.join(others)} instead of {cloud}, trying {cloud} again"
+        return await self.pauses.failed(runner.pool, at_least_s=at_least_s), "creating again"
+
     async def create(
-        self, runner: Runner, config: CorralConfig, template: Template, job_received_at: datetime | None
+        self,
+        runner: Runner,
+        config: CorralConfig,
+        template: Template,
+        job_received_at: datetime | None,
+        placement: Placement | None = None,
     ) -> None:
         """Carry one pending runner to `booting`, or to `failed` with the reason.
 
         `job_received_at` is when corral heard of the job the runner is for: the create request's delay
-        from it is the latency a user waits on.
+        from it is the latency a user waits on. `placement`: where the scaler placed it (None: the first).
         """
+        placement = placement or config.placements(runner.pool)[0]
         pool = config.pools[runner.pool]
         try:
             async with self._jit_slots:
@@ -165,11 +218,12 @@ class Creator:
         except UserDataError as exc:
             await self.fail(creating, Failure(Reason.USER_DATA_INVALID, str(exc)))
             return
-        spec = server_spec(config, runner.pool, creating, user_data, image=self._pinned_image(runner.pool))
+        pinned = self._pinned_image(runner.pool) if placement.index == 0 else None
+        spec = server_spec(config, runner.pool, creating, user_data, image=pinned, placement=placement)
         try:
             server = await self._create_server(spec)
         except CloudError as exc:
-            await self.fail(creating, self._cloud_failure(runner.pool, exc, config))
+            await self.fail(creating, self._cloud_failure(placement.key(runner.pool), placement.cloud, exc, config))
             return
         await self._mover.move(
             creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id, image_id=server.image_id
@@ -182,11 +236,12 @@ class Creator:
         scope = ScopeConfig.from_key(runner.scope)
         return await self._github.generate_jit_config(scope, runner.name, list(pool.labels), pool.runner_group)
 
-    def _cloud_failure(self, pool: str, exc: CloudError, config: CorralConfig) -> Failure:
+    def _cloud_failure(self, placement_key: str, cloud: str, exc: CloudError, config: CorralConfig) -> Failure:
         if isinstance(exc, CloudQuotaExceeded):
-            return Failure(Reason.CLOUD_QUOTA, f"quota exceeded: {exc}", config.cloud.quota_retry)
+            retry = config.cloud_settings().get(cloud, config.cloud).quota_retry
+            return Failure(Reason.CLOUD_QUOTA, f"quota exceeded: {exc}", retry)
         if isinstance(exc, CloudRequestRejected):
-            self._checker.refused(pool, str(exc))
+            self._checker.refused(placement_key, str(exc))
             return Failure(Reason.CLOUD_REJECTED, f"the cloud refused the server: {exc}")
         return Failure(Reason.CLOUD_UNAVAILABLE, f"create failed: {exc}")
 
@@ -206,12 +261,13 @@ class Creator:
         return server
 
     async def fail(self, runner: Runner, failure: Failure) -> None:
-        """Record the failure on the runner (from wherever it got to) and back its pool off."""
-        wait = await self.pauses.failed(runner.pool, at_least_s=failure.wait_at_least_s)
+        """Record the failure on the runner (from wherever it got to) and back its pool (or cloud) off."""
+        cloud_fault = failure.reason in (Reason.CLOUD_QUOTA, Reason.CLOUD_REJECTED, Reason.CLOUD_UNAVAILABLE)
+        wait, where = await self._back_off(runner, failure.wait_at_least_s, cloud_fault=cloud_fault)
         self._log_once.warning(
             f"create:{runner.pool}:{failure.reason.value}",
             f"pool {runner.pool}: runner {runner.name} failed ({failure.reason.value}), "
-            f"creating again in {wait:.0f}s: {failure.message}",
+            f"{where} in {wait:.0f}s: {failure.message}",
         )
         await self._mover.fail(runner, failure.reason, failure.message)
 

@@ -138,7 +138,7 @@ class RunnerJudge:
         # Came online: seen idle, or (in a busy pool, where a runner takes a job as it registers) seen busy or
         # done from booting, which is when `_transition` sets its `registered_at`.
         if transition.reason is Reason.CAME_ONLINE or transition.registered_at is not None:
-            await self.creator.came_online(transition.runner.pool)
+            await self.creator.came_online(transition.runner)
             self._rollouts.came_online(transition.runner)
         elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
             await self.creator.booting_failed(transition.runner, transition.reason, transition.message)

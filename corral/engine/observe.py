@@ -1,5 +1,5 @@
-"""One look at both far ends per period, shared by every pool: every owned server in one listing, every
-registration once per scope.
+"""One look at both far ends per period, shared by every pool: every owned server in one listing per cloud,
+every registration once per scope.
 
 Absence is only evidence about runners that were already in their state when the look began: a runner
 created or moved after the listing started may simply not be in it yet. `Observation.started_at` lets the
@@ -19,7 +19,8 @@ from datetime import datetime
 from typing import TypeVar
 
 from corral.clock import utcnow
-from corral.cloud.provider import CloudError, CloudProvider, CloudServer
+from corral.cloud.clouds import CloudSet
+from corral.cloud.provider import CloudError, CloudServer
 from corral.cloud.quota import Headroom
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
@@ -41,7 +42,9 @@ class Observation:
     servers: dict[str, CloudServer] | None
     registrations: dict[str, dict[str, RegisteredRunner]] = field(default_factory=dict)
     headroom: Headroom | None = None
-    """The project's quota less its usage, read with the servers (None when it could not be read)."""
+    """The first cloud's project quota less its usage, read with the servers (None when it could not be read)."""
+    headrooms: dict[str, Headroom | None] = field(default_factory=dict)
+    """Every cloud's, by name."""
 
     def server_for(self, runner_id: str) -> CloudServer | None:
         return None if self.servers is None else self.servers.get(runner_id)
@@ -52,7 +55,7 @@ class Observation:
 
 async def observe(
     generation: int,
-    cloud: CloudProvider,
+    clouds: CloudSet,
     github: GitHubClient,
     scope_keys: Iterable[str],
     *,
@@ -60,34 +63,55 @@ async def observe(
     executor: Executor | None = None,
     volumes: bool = False,
 ) -> Observation:
-    """List both sides at once: the cloud in a worker thread, GitHub's scopes concurrently; and read the
-    project's headroom (one call to Nova, one to Cinder when a pool has `volumes`)."""
+    """List both sides at once: each cloud in a worker thread, GitHub's scopes concurrently; and read each
+    project's headroom (one call to Nova, one to Cinder when a pool has `volumes`). One cloud that cannot
+    be listed makes `servers` None: absence then proves nothing anywhere (the clouds' creates go on)."""
     started_at = utcnow()
 
-    async def cloud_read(operation: str, call: Callable[[], T], failed: str) -> T | None:
-        """One read of the cloud in a worker thread: counted, and its failure logged once (None then)."""
+    several = len(clouds.names) > 1
+
+    async def cloud_read(cloud: str, operation: str, call: Callable[[], T], failed: str) -> T | None:
+        """One read of a cloud in a worker thread: counted, and its failure logged once (None then)."""
+        key = f"cloud:{operation}:{cloud}"
         try:
             read = await asyncio.get_running_loop().run_in_executor(executor, call)
         except CloudError as exc:
             CLOUD_CALLS.labels(operation, type(exc).__name__).inc()
-            log_once.warning(f"cloud:{operation}", f"{failed}: {exc}")
+            log_once.warning(key, f"{f'cloud {cloud}: ' if several else ''}{failed}: {exc}")
             return None
         CLOUD_CALLS.labels(operation, "ok").inc()
-        log_once.clear(f"cloud:{operation}")
+        log_once.clear(key)
         return read
 
     async def servers() -> dict[str, CloudServer] | None:
-        listed = await cloud_read(
-            "list_servers", cloud.list_servers, "cannot list servers, judging no runner by the cloud for now"
+        listings = await asyncio.gather(
+            *(
+                cloud_read(
+                    name,
+                    "list_servers",
+                    functools.partial(clouds.list_servers, name),
+                    "cannot list servers, judging no runner by the cloud for now",
+                )
+                for name in clouds.names
+            )
         )
-        return None if listed is None else {server.runner_id: server for server in listed}
+        if any(listed is None for listed in listings):
+            return None
+        return {server.runner_id: server for listed in listings for server in listed or ()}
 
-    async def headroom() -> Headroom | None:
-        return await cloud_read(
-            "read_limits",
-            functools.partial(cloud.headroom, volumes),
-            "cannot read the project's limits, planning without them",
+    async def headrooms() -> dict[str, Headroom | None]:
+        read = await asyncio.gather(
+            *(
+                cloud_read(
+                    name,
+                    "read_limits",
+                    functools.partial(clouds.headroom, name, volumes),
+                    "cannot read the project's limits, planning without them",
+                )
+                for name in clouds.names
+            )
         )
+        return dict(zip(clouds.names, read, strict=True))
 
     async def registrations(key: str) -> tuple[str, dict[str, RegisteredRunner] | None]:
         scope = ScopeConfig.from_key(key)
@@ -103,12 +127,18 @@ async def observe(
         return key, {runner.name: runner for runner in runners}
 
     listing = asyncio.ensure_future(servers())
-    limits = asyncio.ensure_future(headroom())
+    limits = asyncio.ensure_future(headrooms())
     scopes = await asyncio.gather(*(registrations(key) for key in sorted(set(scope_keys))))
     listed = await listing
     by_scope = {key: found for key, found in scopes if found is not None}
+    read = await limits
     return Observation(
-        generation=generation, started_at=started_at, servers=listed, registrations=by_scope, headroom=await limits
+        generation=generation,
+        started_at=started_at,
+        servers=listed,
+        registrations=by_scope,
+        headroom=read[clouds.names[0]],
+        headrooms=read,
     )
 
 

@@ -179,15 +179,27 @@ class SharedRoom:
     made since the reading began are counted too. Runs in the add's transaction, after the project's lock,
     and keeps how many it held back and what limited them."""
 
-    def __init__(self, left: Headroom, cost: ServerCost, others: Collection[str], read_began: datetime) -> None:
+    def __init__(
+        self,
+        left: Headroom,
+        cost: ServerCost,
+        others: Collection[str],
+        read_began: datetime,
+        *,
+        cloud: str = "default",
+        or_unrecorded: bool = True,
+    ) -> None:
+        """`cloud`: the quota's cloud, whose runners count (`or_unrecorded`: and those older than the record of
+        their cloud, which is the first)."""
         self._left, self._cost, self._others = left, cost, others
+        self._cloud, self._or_unrecorded = cloud, or_unrecorded
         self._since = read_began - timedelta(seconds=CLOCK_SLACK_S)
         self.held_back = 0
         self.short: list[str] = []
 
     def __call__(self, connection: Connection, count: int) -> int:
         shared.take_turn(connection)
-        made = shared.made_since(connection, self._others, self._since)
+        made = shared.made_since(connection, self._others, self._since, self._cloud, self._or_unrecorded)
         costs = shared.server_costs(connection, made)
         taken = [(cost, servers) for pool, servers in made.items() if (cost := ServerCost.of(costs.get(pool)))]
         fits, limited_by = servers_that_fit(self._left.less(taken), self._cost)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from string import Template
 from typing import Protocol
 
 from corral.clock import utcnow
 from corral.cloud.quota import ServerCost
-from corral.config import CorralConfig
+from corral.config import CorralConfig, Placement
 from corral.engine.backoff import LogOnce
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
@@ -72,6 +73,17 @@ class NoScaleSets:
         return None
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """Claims for a pass's new runners in one of the pool's placements."""
+
+    placement: Placement
+    budget: QuotaBudget
+    """Its cloud's quota budget, which holds the claims."""
+    cost: ServerCost | None
+    claims: list[str]
+
+
 class Scaler:
     def __init__(
         self,
@@ -89,7 +101,8 @@ class Scaler:
         log_once: LogOnce,
         fence: Callable[[str], Fence | None] = lambda _: None,
         scale_sets: ScaleSetNews | None = None,
-        quota: QuotaBudget | None = None,
+        quotas: Callable[[str], QuotaBudget] | None = None,
+        placement_ready: Callable[[str], bool] = lambda _: True,
         server_cost: Callable[[str], ServerCost | None] = lambda _: None,
         image_of: Callable[[str], str | None] = lambda _: None,
         rolled_back: Callable[[str], bool] = lambda _: False,
@@ -111,7 +124,11 @@ class Scaler:
         self.log_once = log_once
         self._fence = fence
         self._scale_sets = scale_sets or NoScaleSets()
-        self._quota = quota or QuotaBudget()
+        budget = QuotaBudget()
+        self._quota_of = quotas or (lambda _: budget)
+        """Each cloud's quota budget, by cloud name."""
+        self._placement_ready = placement_ready
+        """Whether a placement (by `Placement.key`) passed its check against its cloud."""
         self._server_cost = server_cost
         self._image_of = image_of
         """The image a pool's new runners get, as last checked: idle runners on another are replaced."""
@@ -163,12 +180,13 @@ class Scaler:
             queued_jobs=waiting,
         )
         # Pools of higher priority waiting for quota to serve queued jobs take this pool's warm runners' room.
-        outranked = self._quota.outranked(name, pool.priority)
+        clouds = sorted({placement.cloud for placement in self._config().placements(name)})
+        outranked = self._quota_of(self._config().placements(name)[0].cloud).outranked(name, pool.priority)
         warm = pool.min_idle_at(self.clock())
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         image = self._image_of(name)
-        outdated = self._outdated(current, image)
+        outdated = self._outdated(current, image, self._config().placements(name)[0].cloud)
         # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
         in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
         surplus_idle = max(plan.surplus_idle - in_retirement, 0)
@@ -206,7 +224,8 @@ class Scaler:
                 warm=max(min_idle - warm_free, 0),
             )
         else:
-            self._quota.not_waiting(name)
+            for cloud in clouds:
+                self._quota_of(cloud).not_waiting(name)
             if plan.create and self.creator.paused_s(name) > 0:
                 requeue_after = self.creator.paused_s(name)
         if surplus_idle:
@@ -225,7 +244,7 @@ class Scaler:
             reason=reason,
             quota_short=tuple(quota_short),
             server_cost=self._server_cost(name),
-            quota_waiting=self._quota.waiting(name),
+            quota_waiting=sum(self._quota_of(cloud).waiting(name) for cloud in clouds),
         )
         await self.status.publish(snapshot, self._generation())
         if warm.next_change is not None:
@@ -276,15 +295,17 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
-    def _outdated(self, current: list[Runner], image: str | None) -> list[Runner]:
-        """The pool's idle runners on an image other than `image`, the one its new runners get (a runner whose
-        image is not recorded is left alone)."""
+    def _outdated(self, current: list[Runner], image: str | None, cloud: str) -> list[Runner]:
+        """The pool's idle runners in its first placement's `cloud` on an image other than `image`, the one its
+        new runners there get (a runner whose image is not recorded is left alone; so are runners another
+        cloud took while the first could not: they are few, and each goes with its job)."""
         if image is None:
             return []
         return [
             runner
             for runner in current
             if runner.state is RunnerState.IDLE
+            and (runner.cloud or cloud) == cloud
             and runner.image_id is not None
             and runner.image_id != image
             and not self.supervisor.busy(runner.id)
@@ -367,19 +388,9 @@ class Scaler:
             if not count:
                 return []
         for_jobs: list[int | None] = [*uncovered, *[None] * spare]
-        cost = self._server_cost(name)
-        claims, short = self._quota.claim(
-            cost,
-            count,
-            pool=name,
-            priority=pool.priority,
-            for_jobs=count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None),
-        )
-        self._note_quota(name, count - len(claims), short)
-        count = len(claims)
-        if not count:
-            return short
-        for_jobs = for_jobs[:count]  # the oldest jobs first, then warm runners
+        job_runners = count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None)
+        groups, short = self._place(name, count, job_runners)
+        self._note_quota(name, count - sum(len(group.claims) for group in groups), short)
         repository = {job.id: job.repository for job in queued}
 
         def scope(job_id: int | None) -> str:
@@ -393,17 +404,77 @@ class Scaler:
                 return Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
             return Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM
 
-        intents = [
-            NewRunner(
-                pool=name,
-                scope=scope(job_id),
-                labels=tuple(pool.labels),
-                reason=reason(job_id),
-                job_id=job_id,
-            )
-            for job_id in for_jobs
+        received = {job.id: job.received_at for job in queued}
+        config, template = self._config(), self._template()
+        for group in groups:
+            # The oldest jobs first, then warm runners: the first placement with room takes the first of them.
+            taken, for_jobs = for_jobs[: len(group.claims)], for_jobs[len(group.claims) :]
+            intents = [
+                NewRunner(
+                    pool=name,
+                    scope=scope(job_id),
+                    labels=tuple(pool.labels),
+                    reason=reason(job_id),
+                    job_id=job_id,
+                    cloud=group.placement.cloud,
+                )
+                for job_id in taken
+            ]
+            created, group_short = await self._write(name, group, intents, unbound_demand)
+            short = group_short or short
+            for runner in created:
+                job_received_at = received.get(runner.job_id) if runner.job_id is not None else None
+                create = self.creator.create(runner, config, template, job_received_at, group.placement)
+                self.supervisor.start(
+                    ActionKind.CREATE,
+                    runner.id,
+                    self._create(runner, group.budget, create),
+                    on_error=self.creator.on_error(runner),
+                    group=name,
+                )
+        return short
+
+    def _placements(self, name: str) -> list[Placement]:
+        """The pool's placements that may take runners now, in order: their check found nothing wrong and
+        their cloud has not failed the pool lately."""
+        return [
+            placement
+            for placement in self._config().placements(name)
+            if self._placement_ready(placement.key(name)) and not self.creator.cloud_paused_s(name, placement.cloud)
         ]
-        room = self._shared_room(name, cost, claims)
+
+    def _place(self, name: str, count: int, job_runners: int) -> tuple[list[_Placed], list[str]]:
+        """Claim room for `count` runners (the first `job_runners` for queued jobs) in the pool's placements:
+        each takes what its cloud's quota headroom has room for, the rest spill over to the next. Runners for
+        jobs no placement has room for make the pool wait in its last placement's cloud (lower-priority
+        pools there make room). Returns the claims by placement and what held the rest back."""
+        pool = self._config().pools[name]
+        usable = self._placements(name)
+        groups: list[_Placed] = []
+        short: list[str] = []
+        left, jobs_left = count, job_runners
+        for index, placement in enumerate(usable):
+            if not left:
+                break
+            budget, cost = self._quota_of(placement.cloud), self._server_cost(placement.key(name))
+            last = index == len(usable) - 1
+            claims, short = budget.claim(
+                cost, left, pool=name, priority=pool.priority, for_jobs=jobs_left if last else 0
+            )
+            if claims:
+                groups.append(_Placed(placement, budget, cost, claims))
+            left -= len(claims)
+            jobs_left = max(jobs_left - len(claims), 0)
+        return groups, short
+
+    async def _write(
+        self, name: str, group: _Placed, intents: list[NewRunner], unbound_demand: bool
+    ) -> tuple[list[Runner], list[str]]:
+        """Write one placement's intents (within `max_runners`, and with replicas within what the others'
+        creates left of its cloud's quota); returns the runners written and the quota resources that held
+        some back."""
+        pool = self._config().pools[name]
+        room = self._shared_room(name, group)
         try:
             created = await self.store.run(
                 runners.add,
@@ -414,40 +485,30 @@ class Scaler:
                 room=room,
             )
         except BaseException:
-            for claim in claims:  # no runner was written: the room they held is free again
-                self._quota.release(claim)
+            for claim in group.claims:  # no runner was written: the room they held is free again
+                group.budget.release(claim)
             raise
-        if room is not None and room.held_back and cost is not None:
+        short: list[str] = []
+        if room is not None and room.held_back and group.cost is not None:
             # Other replicas' creates since the reading took the room: those runners wait like the rest.
             cut = intents[len(created) : len(created) + room.held_back]
             for_jobs_cut = len(cut) if unbound_demand else sum(1 for intent in cut if intent.job_id is not None)
-            self._quota.held_back(name, pool.priority, cost, for_jobs_cut)
+            group.budget.held_back(name, pool.priority, group.cost, for_jobs_cut)
             short = room.short
             self._note_quota(name, len(cut), short)
-        if len(created) < len(intents):
+        elif len(created) < len(intents):
             CAPACITY_REFUSALS.labels(name).inc(len(intents) - len(created))
             self.log_once.warning(
                 f"capacity:{name}",
                 f"pool {name}: {len(intents) - len(created)} runner(s) not started: the database found the pool "
                 f"already at max_runners ({pool.max_runners}); another writer filled it first",
             )
-        for claim, runner in zip(claims, created, strict=False):
-            self._quota.bind(claim, runner.id)
-        for claim in claims[len(created) :]:
-            self._quota.release(claim)
+        for claim, runner in zip(group.claims, created, strict=False):
+            group.budget.bind(claim, runner.id)
+        for claim in group.claims[len(created) :]:
+            group.budget.release(claim)
         log_new_runners(created)
-        received = {job.id: job.received_at for job in queued}
-        config, template = self._config(), self._template()
-        for runner in created:
-            job_received_at = received.get(runner.job_id) if runner.job_id is not None else None
-            self.supervisor.start(
-                ActionKind.CREATE,
-                runner.id,
-                self._create(runner, self.creator.create(runner, config, template, job_received_at)),
-                on_error=self.creator.on_error(runner),
-                group=name,
-            )
-        return short
+        return created, short
 
     def _note_quota(self, name: str, held_back: int, short: list[str]) -> None:
         """Count runners the quota held back, and say so at most once a minute per pool and resource: under
@@ -461,22 +522,23 @@ class Scaler:
                 "no room for them until servers are deleted or the quota is raised",
             )
 
-    def _shared_room(self, name: str, cost: ServerCost | None, claims: list[str]) -> SharedRoom | None:
-        """With replicas sharing the project, what the add should check of the others' creates since the
-        reading (None: no other replica holds a pool, or nothing is known of the quota or the cost)."""
+    def _shared_room(self, name: str, group: _Placed) -> SharedRoom | None:
+        """With replicas sharing the cloud's project, what the add should check of the others' creates since
+        the reading (None: no other replica holds a pool, or nothing is known of the quota or the cost)."""
         others = self._others(name)
-        began = self._quota.read_began_wall
-        left = self._quota.left(below=self._config().pools[name].priority, excluding=claims)
-        if not others or cost is None or began is None or left is None:
+        began = group.budget.read_began_wall
+        left = group.budget.left(below=self._config().pools[name].priority, excluding=group.claims)
+        if not others or group.cost is None or began is None or left is None:
             return None
-        return SharedRoom(left, cost, others, began)
+        first = group.placement.cloud == self._config().default_cloud
+        return SharedRoom(left, group.cost, others, began, cloud=group.placement.cloud, or_unrecorded=first)
 
-    async def _create(self, runner: Runner, create: Awaitable[None]) -> None:
+    async def _create(self, runner: Runner, budget: QuotaBudget, create: Awaitable[None]) -> None:
         """The create, then its quota reservation marked finished (the next reading counts the server)."""
         try:
             await create
         finally:
-            self._quota.finished(runner.id)
+            budget.finished(runner.id)
 
     def _retire_surplus(
         self,

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, false, func, select, text
 
 from corral.model import RunnerState
 from corral.store.schema import POOL_STATUS, RUNNERS
@@ -31,9 +31,16 @@ def take_turn(connection: Connection) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUOTA_LOCK_KEY})
 
 
-def made_since(connection: Connection, pools: Collection[str], since: datetime) -> dict[str, int]:
-    """Per pool of `pools`, its runners whose server a reading begun at `since` may not count: their create is
-    under way, or their server was made after it (deleted ones aside: their server is gone)."""
+def made_since(
+    connection: Connection,
+    pools: Collection[str],
+    since: datetime,
+    cloud: str = "default",
+    or_unrecorded: bool = True,
+) -> dict[str, int]:
+    """Per pool of `pools`, its runners in `cloud` (`or_unrecorded`: or of no recorded cloud, the first) whose
+    server a reading begun at `since` may not count: their create is under way, or their server was made
+    after it (deleted ones aside: their server is gone)."""
     if not pools:
         return {}
     booted_since = select(EVENTS.c.runner_id).where(
@@ -44,6 +51,7 @@ def made_since(connection: Connection, pools: Collection[str], since: datetime) 
         .where(
             RUNNERS.c.pool.in_(list(pools)),
             RUNNERS.c.state != RunnerState.DELETED.value,
+            (RUNNERS.c.cloud == cloud) | (RUNNERS.c.cloud.is_(None) if or_unrecorded else false()),
             RUNNERS.c.state.in_(IN_FLIGHT) | RUNNERS.c.id.in_(booted_since),
         )
         .group_by(RUNNERS.c.pool)

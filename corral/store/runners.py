@@ -40,6 +40,7 @@ COLUMNS = (
     RUNNERS.c.job_id,
     RUNNERS.c.registered_at,
     RUNNERS.c.image_id,
+    RUNNERS.c.cloud,
 )
 LIVE = [state.value for state in LIVE_STATES]
 CAPACITY = [state.value for state in CAPACITY_STATES]
@@ -75,6 +76,7 @@ def to_runner(row: Any) -> Runner:
         job_id=row[12],
         registered_at=row[13],
         image_id=row[14],
+        cloud=row[15],
     )
 
 
@@ -88,6 +90,8 @@ class NewRunner:
     reason: Reason
     message: str | None = None
     job_id: int | None = None
+    cloud: str | None = None
+    """The cloud its server is to be made in (the pool's placement that had room)."""
 
 
 def add(
@@ -134,6 +138,7 @@ def add(
                 created_at=now,
                 state_changed_at=now,
                 job_id=intent.job_id,
+                cloud=intent.cloud,
             )
         )
     connection.execute(
@@ -151,6 +156,7 @@ def add(
                 "created_at": now,
                 "state_changed_at": now,
                 "job_id": r.job_id,
+                "cloud": r.cloud,
             }
             for r in runners
         ],

@@ -61,6 +61,8 @@ class Runner(Base):
     server_id: Mapped[str | None] = mapped_column(String(64), index=True)
     image_id: Mapped[str | None] = mapped_column(String(64))
     """The image its server was created from: a rollout replaces idle runners on an image no longer used."""
+    cloud: Mapped[str | None] = mapped_column(String(64))
+    """Which of corral's clouds its server is made in (NULL: the first, for runners older than the column)."""
     github_runner_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     job_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
     """The job this runner was started for, if any (demand-driven rather than warm)."""

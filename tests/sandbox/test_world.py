@@ -260,7 +260,7 @@ def test_a_second_cloud_is_apart_from_the_first_but_its_runners_reach_the_same_g
     booted there takes jobs from the same GitHub."""
     second = connect(sandbox, sandbox.info.second_cloud_name)
     try:
-        assert second.compute.get_endpoint().startswith(sandbox.info.second_openstack_url)
+        assert str(second.compute.get_endpoint()).startswith(sandbox.info.second_openstack_url)
         control.put("/quota", params={"cloud": "two"}, json={"instances": 1}).raise_for_status()
         submitted = control.post("/jobs", json={"repo": REPO, "labels": ["small"], "duration": 0}).json()
         runner_id, jit = jit_runner(sandbox, "corral-small-5", ["small"])

@@ -1,0 +1,59 @@
+"""corral's clouds by name: the projects, in one region or provider each, that it owns servers in.
+
+Each is a `CloudProvider` (one openstacksdk connection); this routes a call to the cloud it concerns: a
+create to its spec's cloud, a delete to the cloud its runner recorded, a listing to every cloud, each server
+named by the cloud that listed it. Server ids are the clouds' own, so a server is only ever known together
+with its cloud.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from corral.cloud.provider import CloudProvider, CloudRequestRejected, CloudServer, ServerSpec
+from corral.cloud.quota import Headroom, ServerCost
+
+
+class CloudSet:
+    def __init__(self, providers: Mapping[str, CloudProvider]) -> None:
+        """`providers` in the config's order: the first is where pools without placements go."""
+        if not providers:
+            raise ValueError("corral needs at least one cloud")
+        self._providers = dict(providers)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._providers)
+
+    def provider(self, cloud: str) -> CloudProvider:
+        provider = self._providers.get(cloud)
+        if provider is None:
+            raise CloudRequestRejected(f"no cloud named {cloud!r} is configured (clouds: {self.names})")
+        return provider
+
+    def list_servers(self, cloud: str) -> list[CloudServer]:
+        """Every server this installation owns in `cloud`, each named with it."""
+        return [dataclasses.replace(server, cloud=cloud) for server in self.provider(cloud).list_servers()]
+
+    def create_server(self, spec: ServerSpec) -> CloudServer:
+        return dataclasses.replace(self.provider(spec.cloud).create_server(spec), cloud=spec.cloud)
+
+    def delete_server(self, server_id: str, cloud: str) -> None:
+        self.provider(cloud).delete_server(server_id)
+
+    def check_pool(self, spec: ServerSpec) -> list[str]:
+        return self.provider(spec.cloud).check_pool(spec)
+
+    def image_id(self, spec: ServerSpec) -> str:
+        return self.provider(spec.cloud).image_id(spec)
+
+    def server_cost(self, spec: ServerSpec) -> ServerCost:
+        return self.provider(spec.cloud).server_cost(spec)
+
+    def headroom(self, cloud: str, volumes: bool) -> Headroom:
+        return self.provider(cloud).headroom(volumes)
+
+    def close(self) -> None:
+        for provider in self._providers.values():
+            provider.close()
