@@ -8,10 +8,15 @@ import random
 from typing import Any
 
 import httpx
+import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.cloud.openstack import OpenStackProvider
+from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, ServerSpec
+from corral.config import parse_config
+from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
+from tests.test_config import document, pool, problems_of
 from tests.test_end_to_end import everything_done
 from tests.test_resilience import runner_failures
 from tests.waiting import wait_until
@@ -111,3 +116,59 @@ def test_a_first_cloud_failing_every_create_sends_its_runners_to_the_second_unti
     wait_until(lambda: everything_done(control, 45), timeout=90, what="15 more jobs served")
     assert servers_made(control, "one") > before, "the first cloud serves again once its backoff ran out"
     wait_until(lambda: nothing_left_in_either(control), timeout=60, what="nothing left in either cloud")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        (
+            {"pools": {"small": pool(placements=[{"cloud": "east"}, {"cloud": "north"}])}},
+            "pools.small.placements.1.cloud: 'north' names no cloud (known: ['east', 'west']); add it to `clouds`",
+        ),
+        ({"cloud": {"name": "prod"}}, "cloud: give either `cloud` (one cloud) or `clouds` (several by name), not both"),
+        ({"clouds": {"East_1": {"cloud": "prod"}}}, "clouds.East_1: a cloud's name is shown in metrics"),
+        ({"clouds": {"east": {"name": "prod"}}}, "clouds.east.name: unknown key"),
+        ({"pools": {"small": pool(placements=[{"flavor": "m1.large"}])}}, "pools.small.placements.0.cloud: required"),
+    ],
+)
+def test_a_clouds_map_that_cannot_work_is_refused_naming_the_key(overrides: dict[str, Any], problem: str) -> None:
+    raw = document(clouds={"east": {"cloud": "east-prod"}, "west": {"cloud": "west-prod"}})
+    raw.update(overrides)
+    assert any(found.startswith(problem) for found in problems_of(raw)), problems_of(raw)
+
+
+def test_placements_take_the_pools_settings_where_they_override_none() -> None:
+    raw = document(
+        clouds={"east": {"cloud": "east-prod"}, "west": {"cloud": "west-prod", "quota_retry": "5s"}},
+        pools={"small": pool(networks=["private"], placements=[{"cloud": "west", "flavor": "gp.small"}])},
+    )
+    config = parse_config(raw)
+    (west,) = config.placements("small")
+    assert (west.cloud, west.flavor, west.image, west.networks) == ("west", "gp.small", "ubuntu", ("private",))
+    assert config.cloud.name == "east-prod", "`cloud` is the first of `clouds`"
+    assert config.cloud_settings()["west"].quota_retry == 5.0
+    single = parse_config(document())
+    assert [(p.cloud, p.flavor) for p in single.placements("small")] == [("default", "m1.small")]
+
+
+def test_a_cloud_that_cannot_be_listed_holds_back_judgement_only_of_its_own_servers(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Any
+) -> None:
+    """The second cloud's listing fails on every look: a server nobody owns in the first cloud is still
+    found and deleted, since the first cloud's listing says all it needs to."""
+    unlisted = {"match": "openstack-two GET /compute/v2.1/servers*", "error_rate": 1.0, "status": 500}
+    control.put("/faults", json={"endpoints": [unlisted]}).raise_for_status()
+    start_corral(document=two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}"))
+    stray = ServerSpec(
+        name="corral-small-0000000000",
+        image="ubuntu-24.04-runner",
+        flavor="m1.small",
+        networks=("private",),
+        metadata={META_INSTALLATION: "corral", META_POOL: "small", META_RUNNER: "0000000000"},
+    )
+    OpenStackProvider(sandbox_connection(sandbox.info), "corral").create_server(stray)
+    wait_until(
+        lambda: control.get("/stats").json()["clouds"]["one"]["servers_deleted"] == 1,
+        timeout=30,
+        what="the stray server in the first cloud deleted while the second cannot be listed",
+    )

@@ -653,11 +653,6 @@ class Engine:
             return [self.config.default_cloud]
         return [placement.cloud for placement in self.config.placements(pool)]
 
-    @property
-    def quota(self) -> QuotaBudget:
-        """The first cloud's quota budget (what the API and the timeline show)."""
-        return self.quotas[self.config.default_cloud]
-
     def snapshot(self, name: str) -> PoolSnapshot:
         return self.status.snapshots.get(name) or PoolSnapshot(name)
 

@@ -34,17 +34,24 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Observation:
-    """What the cloud and GitHub said in one look. `servers` is None when the cloud could not be listed; a
-    scope missing from `registrations` could not be listed either. Absence proves nothing then."""
+    """What the clouds and GitHub said in one look. `servers` holds the servers of the clouds in `listed`
+    (None when no cloud could be listed); a scope missing from `registrations` could not be listed either.
+    Absence proves nothing about a runner of a cloud, or a scope, that could not be listed."""
 
     generation: int
     started_at: datetime
     servers: dict[str, CloudServer] | None
+    listed: frozenset[str] = frozenset()
+    """The clouds whose listing `servers` holds."""
     registrations: dict[str, dict[str, RegisteredRunner]] = field(default_factory=dict)
     headroom: Headroom | None = None
     """The first cloud's project quota less its usage, read with the servers (None when it could not be read)."""
     headrooms: dict[str, Headroom | None] = field(default_factory=dict)
     """Every cloud's, by name."""
+
+    def listed_cloud(self, cloud: str) -> bool:
+        """Whether this look listed `cloud`, so that a server missing from it is known to be gone."""
+        return self.servers is not None and cloud in self.listed
 
     def server_for(self, runner_id: str) -> CloudServer | None:
         return None if self.servers is None else self.servers.get(runner_id)
@@ -64,8 +71,8 @@ async def observe(
     volumes: bool = False,
 ) -> Observation:
     """List both sides at once: each cloud in a worker thread, GitHub's scopes concurrently; and read each
-    project's headroom (one call to Nova, one to Cinder when a pool has `volumes`). One cloud that cannot
-    be listed makes `servers` None: absence then proves nothing anywhere (the clouds' creates go on)."""
+    project's headroom (one call to Nova, one to Cinder when a pool has `volumes`). A cloud that cannot be
+    listed is left out of `listed`: absence proves nothing about its runners, while the others are judged."""
     started_at = utcnow()
 
     several = len(clouds.names) > 1
@@ -83,7 +90,7 @@ async def observe(
         log_once.clear(key)
         return read
 
-    async def servers() -> dict[str, CloudServer] | None:
+    async def servers() -> dict[str, list[CloudServer] | None]:
         listings = await asyncio.gather(
             *(
                 cloud_read(
@@ -95,9 +102,7 @@ async def observe(
                 for name in clouds.names
             )
         )
-        if any(listed is None for listed in listings):
-            return None
-        return {server.runner_id: server for listed in listings for server in listed or ()}
+        return dict(zip(clouds.names, listings, strict=True))
 
     async def headrooms() -> dict[str, Headroom | None]:
         read = await asyncio.gather(
@@ -129,13 +134,14 @@ async def observe(
     listing = asyncio.ensure_future(servers())
     limits = asyncio.ensure_future(headrooms())
     scopes = await asyncio.gather(*(registrations(key) for key in sorted(set(scope_keys))))
-    listed = await listing
+    listed = {cloud: found for cloud, found in (await listing).items() if found is not None}
     by_scope = {key: found for key, found in scopes if found is not None}
     read = await limits
     return Observation(
         generation=generation,
         started_at=started_at,
-        servers=listed,
+        servers={server.runner_id: server for found in listed.values() for server in found} if listed else None,
+        listed=frozenset(listed),
         registrations=by_scope,
         headroom=read[clouds.names[0]],
         headrooms=read,

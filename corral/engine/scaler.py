@@ -2,7 +2,8 @@
 
 `policy.judge_demand` and `policy.plan_scale` decide; this reads the queued jobs (no more of a backlog than
 could change the plan), or, for a scale-set pool, the scale set's statistics; writes the intents for as many
-new runners as the quota's headroom holds (`engine.quota`) and hands them to the creator; and retires idle
+new runners as the quota's headroom holds (`engine.quota`), in the first of the pool's placements with room
+(the rest spill over to the next), and hands them to the creator; and retires idle
 runners above what the pool wants once they have idled `idle_grace`, and a scale set's runners GitHub gave
 up on at once.
 """
