@@ -108,9 +108,10 @@ class LocalCorral:
         document: dict[str, Any],
         *,
         port: int = 0,
-        cloud: CloudProvider | None = None,
+        cloud: CloudProvider | CloudSet | None = None,
     ) -> None:
-        """`cloud` replaces the sandbox's OpenStack with another (a real cloud), GitHub staying the sandbox."""
+        """`cloud` replaces the sandbox's OpenStack with another (a real cloud, or several), GitHub staying the
+        sandbox."""
         self.sandbox = sandbox
         self.config_path = config_path
         self.write_config(document)

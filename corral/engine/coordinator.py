@@ -147,6 +147,7 @@ class Engine:
             scale_set_jit=self.scalesets.jit_config,
             pinned_image=self.rollouts.pinned,
             clouds_of=self._clouds_of,
+            ready_clouds=self._ready_clouds,
             clock=clock,
         )
         self.cleaner = Cleaner(
@@ -646,6 +647,12 @@ class Engine:
         if len(answers) == 1:
             return answers[0][1]
         return False, "; ".join(f"in {placement.cloud}: {reason}" for placement, (_, reason) in answers)
+
+    def _ready_clouds(self, pool: str) -> set[str]:
+        """The clouds of the pool's placements whose check found nothing wrong."""
+        if pool not in self.config.pools:
+            return set()
+        return {p.cloud for p in self.config.placements(pool) if self.checker.readiness(p.key(pool))[0]}
 
     def _clouds_of(self, pool: str) -> list[str]:
         """The clouds of the pool's placements, in order (a removed pool's runners: the first cloud)."""

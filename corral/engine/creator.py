@@ -105,6 +105,7 @@ class Creator:
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
         pinned_image: Callable[[str], str | None] = lambda _: None,
         clouds_of: Callable[[str], list[str]] = lambda _: [],
+        ready_clouds: Callable[[str], set[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
@@ -123,6 +124,8 @@ class Creator:
         """The image id a pool's runners must be created from instead of its `image` (rolled back), if any."""
         self._clouds_of = clouds_of
         """The clouds of a pool's placements, in order (the first for runners older than their record)."""
+        self._ready_clouds = ready_clouds or (lambda pool: set(clouds_of(pool)))
+        """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
         self._clock = clock
         self._cloud_backoffs: dict[tuple[str, str], Backoff] = {}
         """Per pool and cloud, for pools placed in several: a failing cloud's runners go to the next."""
@@ -169,7 +172,8 @@ class Creator:
             cloud = self._cloud_of(runner)
             backoff = self._cloud_backoffs.setdefault((runner.pool, cloud), Backoff(clock=self._clock))
             wait = backoff.failed(at_least_s)
-            others = sorted(other for other in clouds if not self.cloud_paused_s(runner.pool, other))
+            ready = self._ready_clouds(runner.pool) - {cloud}
+            others = sorted(other for other in ready if not self.cloud_paused_s(runner.pool, other))
             if others:
                 return wait, f"its runners go to {', '.join(others)} instead of {cloud}, trying {cloud} again"
         return await self.pauses.failed(runner.pool, at_least_s=at_least_s), "creating again"

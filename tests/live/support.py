@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -182,6 +183,14 @@ class LiveCloud:
         if timeout_s is None:
             return OpenStackProvider(connection, installation or self.installation)
         return OpenStackProvider(connection, installation or self.installation, timeout_s=timeout_s)
+
+    def after_last_upload(self) -> None:
+        """Wait until the second after this run's last image upload: Glance keeps `created_at` to the second,
+        and which of two uploads is the newest is only defined when their seconds differ."""
+        previous = [self.observer.image.get_image(image_id).created_at for image_id in self.created_images]
+        if previous:
+            after = datetime.fromisoformat(max(previous).replace("Z", "+00:00")) + timedelta(seconds=1)
+            poll(lambda: datetime.now(UTC) >= after or None, timeout=5, what="the next second on Glance's clock")
 
     def spec(self, runner: str, *, installation: str | None = None, **options: Any) -> ServerSpec:
         """A minimal pool's server for `runner`, with corral's ownership metadata; options override."""

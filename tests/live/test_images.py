@@ -3,8 +3,6 @@ filtering and sort parameters, and which upload is the newest."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from corral.cloud.images import ImageFilter
 from corral.cloud.openstack import OpenStackProvider
 from tests.live.support import LiveCloud, poll
@@ -13,10 +11,7 @@ from tests.live.support import LiveCloud, poll
 def upload(live: LiveCloud, suffix: str, role: str, tag: str) -> str:
     """An image with a custom property and a tag, uploaded at least a second after the one before: Glance
     keeps `created_at` to the second, and "newest" is only defined when the seconds differ."""
-    previous = [live.observer.image.get_image(image_id).created_at for image_id in live.created_images]
-    if previous:
-        after = datetime.fromisoformat(max(previous).replace("Z", "+00:00")) + timedelta(seconds=1)
-        poll(lambda: datetime.now(UTC) >= after, timeout=5, what="the next second on Glance's clock")
+    live.after_last_upload()
     image = live.observer.image.create_image(
         name=f"corral-live-{live.run}-{suffix}",
         data=b"\0" * 4096,

@@ -144,6 +144,7 @@ def test_image_rebuilt_under_the_same_name_costs_no_failed_create(
     name = f"corral-live-{live.run}-rotating"
 
     def upload() -> str:
+        live.after_last_upload()  # else both uploads may share a second, and "newest" is a coin toss
         image = live.observer.image.create_image(
             name=name, data=b"\0" * 4096, disk_format="raw", container_format="bare", allow_duplicates=True
         )

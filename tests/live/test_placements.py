@@ -1,0 +1,86 @@
+"""corral's placements on a real OpenStack: the pool's first placement asks for a flavor the cloud does not
+have, so its check keeps it out of service, and the pool's warm runners are made in its second placement,
+under another cloud name (the same project here, reached through a connection of its own). Each runner
+records the placement's cloud, is deleted there, and nothing is left.
+
+(A second project with its own quota would show spill-over for quota too; on ministack, reading a fresh
+project's quotas hung its services, so the sandbox's second cloud covers that path.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.cloud.clouds import CloudSet
+from corral.local import LocalCorral, corral_config, pool_spec
+from corral.sandbox.server import Sandbox
+from corral.sandbox.world import Timings
+from tests.live.support import LiveCloud, cloud_config, poll
+
+BOOTSTRAP_TIMEOUT_S = 15  # no guest boots here: each warm server is replaced after this, and goes with min_idle 0
+
+
+@pytest.fixture
+def github_sandbox() -> Iterator[Sandbox]:
+    with Sandbox(timings=Timings(boot_delay=0.05)) as sandbox:
+        yield sandbox
+
+
+def owned(live: LiveCloud, installation: str) -> list[Any]:
+    return [
+        server
+        for server in live.observer.compute.servers(details=True)
+        if (server.metadata or {}).get("corral-installation") == installation
+    ]
+
+
+def test_a_pool_whose_first_placement_the_cloud_cannot_serve_keeps_its_runners_in_the_second(
+    live: LiveCloud, github_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    installation = f"{live.installation}-placed"
+    pool = pool_spec(
+        ["live"],
+        image=live.image,
+        flavor=live.flavor,
+        networks=[live.network],
+        min_idle=2,
+        max_runners=3,
+        bootstrap_timeout=f"{BOOTSTRAP_TIMEOUT_S}s",
+        placements=[{"cloud": "first", "flavor": f"corral-{live.run}-no-such-flavor"}, {"cloud": "second"}],
+    )
+    document = corral_config(
+        github_sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"live": pool}, installation=installation
+    )
+    del document["cloud"]
+    document["clouds"] = {"first": {"cloud": cloud_config().name}, "second": {"cloud": cloud_config().name}}
+    clouds = CloudSet({"first": live.new_provider(installation), "second": live.new_provider(installation)})
+    corral = LocalCorral(github_sandbox.info, tmp_path / "corral.yaml", document, cloud=clouds).start()
+    try:
+
+        def warm() -> list[Any] | None:
+            corral.settle(timeout=60)
+            active = [s for s in owned(live, installation) if s.status == "ACTIVE"]
+            return active if len(active) >= 2 else None
+
+        poll(warm, timeout=live.timeout, what="two warm servers ACTIVE from the second placement")
+        with corral.api() as api:
+            runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
+            (shown,) = api.get("/api/v1/pools").json()
+        assert {runner["cloud"] for runner in runners} == {"second"}
+        assert not [r for r in runners if r["message"]], "no create was sent to the placement the cloud cannot serve"
+        assert shown["ready"], "a pool is ready while one of its placements is"
+
+        document["pools"]["live"]["min_idle"] = 0
+        assert corral.reload(document) == []
+
+        def emptied() -> bool | None:
+            corral.settle(timeout=60)
+            return not owned(live, installation) or None
+
+        poll(emptied, timeout=BOOTSTRAP_TIMEOUT_S + live.timeout, what="the warm servers gone once min_idle is 0")
+    finally:
+        corral.stop()
