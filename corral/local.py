@@ -26,7 +26,7 @@ from corral.api.app import build_app
 from corral.cloud.clouds import CloudSet
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import CloudProvider
-from corral.config import DEFAULT_CLOUD
+from corral.config import DEFAULT_CLOUD, CloudConfig
 from corral.files import write_private
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.sandbox.server import SandboxInfo, bind_socket
@@ -49,11 +49,13 @@ def sandbox_clouds(sandbox: SandboxInfo, document: dict[str, Any]) -> CloudSet:
     `cloud:` is the sandbox's first cloud)."""
     installation = document.get("installation", "corral")
     entries = {name: entry.get("cloud") for name, entry in document.get("clouds", {}).items()}
+
+    def provider(settings: CloudConfig) -> CloudProvider:
+        return OpenStackProvider(sandbox_connection(sandbox, settings.name), installation)
+
     return CloudSet(
-        {
-            name: OpenStackProvider(sandbox_connection(sandbox, entry), installation)
-            for name, entry in (entries or {DEFAULT_CLOUD: None}).items()
-        }
+        {name: provider(CloudConfig(name=entry)) for name, entry in (entries or {DEFAULT_CLOUD: None}).items()},
+        connect=provider,
     )
 
 

@@ -129,12 +129,15 @@ class Reason(StrEnum):
     """A scale set's runner never picked up the job GitHub handed it; GitHub ended that attempt and handed
     the job on (a hung VM, a runner that lost its network)."""
     SCALE_SET_REPLACED = "scale_set_replaced"
-    """A scale set's idle runner that no job comes to: the scale set was replaced."""
+    """A scale set's idle runner that no job comes to: its scale set was deleted on GitHub (or renamed) and
+    another took its place, so GitHub hands it no job."""
     IMAGE_ROLLOUT = "image_rollout"
     """Started to replace an idle runner on an image the pool no longer uses, or retired as one replaced."""
     IMAGE_ROLLBACK = "image_rollback"
     """The same, as the pool rolled back from a new image whose runners failed to come online."""
-    """Its scale set was deleted on GitHub (or renamed) and another took its place: GitHub hands it no job."""
+    PLACEMENT_CHANGED = "placement_changed"
+    """Started to replace an idle runner in a cloud that is no longer one of its pool's placements (a reload
+    moved the pool, or removed the cloud), or retired as one replaced."""
     GONE = "gone"
     """Server and registration are both gone."""
     UNKNOWN = "unknown"

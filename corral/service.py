@@ -14,8 +14,8 @@ from pathlib import Path
 
 from corral.cloud.clouds import CloudSet
 from corral.cloud.openstack import OpenStackProvider, connect
-from corral.cloud.provider import CloudProvider
-from corral.config import ConfigError, CorralConfig, load_config
+from corral.cloud.provider import CloudError, CloudProvider
+from corral.config import CloudConfig, ConfigError, CorralConfig, load_config
 from corral.engine.coordinator import Engine
 from corral.github.client import GitHubClient
 from corral.store import Intake, ServeLock, Store
@@ -69,17 +69,36 @@ class Service:
             return given
         if given is not None:
             return CloudSet({config.default_cloud: given})
+
+        def provider(settings: CloudConfig) -> CloudProvider:
+            return OpenStackProvider(
+                connect(settings),
+                config.installation,
+                timeout_s=settings.timeout,
+                connections=settings.max_concurrent_creates + settings.threads,
+            )
+
         return CloudSet(
-            {
-                name: OpenStackProvider(
-                    connect(settings),
-                    config.installation,
-                    timeout_s=settings.timeout,
-                    connections=settings.max_concurrent_creates + settings.threads,
-                )
-                for name, settings in config.cloud_settings().items()
-            }
+            {name: provider(settings) for name, settings in config.cloud_settings().items()}, connect=provider
         )
+
+    def _cloud_changes(self, config: CorralConfig) -> list[str]:
+        """What a reload may not change of the clouds: the first (runners older than their cloud's record are
+        in it), or the settings of one kept; clouds may be added (when this corral can connect them) and
+        removed, and converge like pools."""
+        old, new = self.config.cloud_settings(), config.cloud_settings()
+        problems = []
+        first = self.config.default_cloud
+        if config.default_cloud != first or new[first] != old[first]:
+            problems.append(f"clouds: the first cloud ({first}) cannot change at run time; restart corral to apply it")
+        problems += [
+            f"clouds.{name}: its settings cannot change at run time; restart corral, or add it under a new name"
+            for name in sorted(old.keys() & new.keys())
+            if name != first and old[name] != new[name]
+        ]
+        if set(new) - set(old) and not self.cloud.can_add:
+            problems.append("clouds: this corral was given its clouds and cannot connect another; restart it")
+        return problems
 
     @classmethod
     def from_file(
@@ -110,14 +129,20 @@ class Service:
             for key in ("database_url", "installation", "name_prefix")
             if getattr(config, key) != getattr(self.config, key)
         ]
-        if config.github != self.config.github or config.cloud_settings() != self.config.cloud_settings():
-            unchangeable.append("github/cloud credentials")
-        if unchangeable:
-            problems = [f"{key}: cannot change at run time; restart corral to apply it" for key in unchangeable]
+        if config.github != self.config.github:
+            unchangeable.append("github credentials")
+        problems = [f"{key}: cannot change at run time; restart corral to apply it" for key in unchangeable]
+        problems += self._cloud_changes(config)
+        if problems:
+            self.last_reload_problems = problems
+            return problems
+        try:
+            await self.engine.apply_config(config)
+        except CloudError as exc:
+            problems = [f"clouds: cannot connect a cloud this configuration adds ({exc}); keeping the running one"]
             self.last_reload_problems = problems
             return problems
         self.config = config
-        await self.engine.apply_config(config)
         self.last_reload_problems = []
         logger.info("configuration reloaded: generation %d, pools %s", self.engine.generation, sorted(config.pools))
         return []

@@ -105,8 +105,10 @@ def test_a_first_cloud_failing_every_create_sends_its_runners_to_the_second_unti
     trace(control, 30, seed=9)
     wait_until(lambda: everything_done(control, 30), timeout=120, what="all 30 jobs served")
     assert servers_made(control, "two") >= 30
+    # Each failure backs the first cloud off for the pool (1 s, then 2, 4...): a pass's burst may go there
+    # before the first failure is known, and one runner each time the backoff runs out; not one per job.
     failed_in_east = [m for m in runner_failures(corral) if "503" in m]
-    assert 1 <= len(failed_in_east) <= 3, f"the failing cloud was left alone after its first failures: {failed_in_east}"
+    assert 1 <= len(failed_in_east) <= 10, f"the failing cloud got a runner per job: {len(failed_in_east)}"
 
     control.put("/faults", json={"endpoints": []}).raise_for_status()
     before = servers_made(control, "one")
@@ -172,3 +174,71 @@ def test_a_cloud_that_cannot_be_listed_holds_back_judgement_only_of_its_own_serv
         timeout=30,
         what="the stray server in the first cloud deleted while the second cannot be listed",
     )
+
+
+def active_in(control: httpx.Client, cloud: str) -> int:
+    count: int = control.get("/stats").json()["clouds"][cloud]["servers_by_status"].get("ACTIVE", 0)
+    return count
+
+
+def test_clouds_added_and_removed_on_reload_converge_like_pools(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Any
+) -> None:
+    """A reload adds a cloud and moves the pool to it: the warm runners are replaced there and the old ones
+    retired. Another reload moves the pool back and removes the cloud: once nothing of corral's is left in
+    it, corral no longer calls it."""
+    document = two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}", min_idle=2, idle_grace="1h")
+    document["clouds"].pop("west")
+    document["pools"]["small"]["placements"] = [{"cloud": "east"}]
+    corral = start_corral(document=document)
+    wait_until(lambda: active_in(control, "one") == 2, timeout=30, what="two warm runners in the first cloud")
+
+    document["clouds"]["west"] = {"cloud": sandbox.info.second_cloud_name}
+    document["pools"]["small"]["placements"] = [{"cloud": "west"}]
+    assert corral.reload(document) == []
+    wait_until(
+        lambda: (active_in(control, "one"), active_in(control, "two")) == (0, 2),
+        timeout=60,
+        what="the warm runners moved to the added cloud",
+    )
+    with corral.api() as api:
+        retired = [
+            runner
+            for runner in api.get("/api/v1/runners", params={"include_deleted": True}).json()
+            if runner["cloud"] == "east"
+        ]
+    assert len(retired) == 2 and {runner["reason"] for runner in retired} <= {"placement_changed", "gone"}
+
+    del document["clouds"]["west"]
+    document["pools"]["small"]["placements"] = [{"cloud": "east"}]
+    assert corral.reload(document) == []
+    wait_until(
+        lambda: (active_in(control, "one"), control.get("/stats").json()["clouds"]["two"]["servers"]) == (2, 0),
+        timeout=60,
+        what="the warm runners back in the first cloud, the removed one empty",
+    )
+
+    def listings_of_west() -> int:
+        calls: dict[str, int] = control.get("/stats").json()["api_calls"].get("openstack-two", {})
+        return sum(count for endpoint, count in calls.items() if endpoint.startswith("GET /compute/v2.1/servers"))
+
+    def a_look_leaves_west_alone() -> bool:
+        before = listings_of_west()
+        corral.settle()  # one look at every cloud corral still calls, and the passes after it
+        return listings_of_west() == before
+
+    wait_until(a_look_leaves_west_alone, timeout=30, what="the removed cloud, empty, no longer listed")
+
+
+def test_a_reload_may_not_change_the_first_cloud_or_a_kept_clouds_settings(
+    sandbox: Sandbox, start_corral: StartCorral, tmp_path: Any
+) -> None:
+    document = two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}")
+    corral = start_corral(document=document)
+    document["clouds"]["west"]["region"] = "RegionThree"
+    assert corral.reload(document) == [
+        "clouds.west: its settings cannot change at run time; restart corral, or add it under a new name"
+    ]
+    del document["clouds"]["east"]
+    document["pools"]["small"]["placements"] = [{"cloud": "west"}]
+    assert corral.reload(document)[0].startswith("clouds: the first cloud (east) cannot change at run time")

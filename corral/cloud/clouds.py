@@ -9,18 +9,43 @@ with its cloud.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from corral.cloud.provider import CloudProvider, CloudRequestRejected, CloudServer, ServerSpec
 from corral.cloud.quota import Headroom, ServerCost
+from corral.config import CloudConfig
+
+Connector = Callable[[CloudConfig], CloudProvider]
+"""Connects to a cloud as its settings say (a `clouds.yaml` entry or the `OS_*` variables)."""
 
 
 class CloudSet:
-    def __init__(self, providers: Mapping[str, CloudProvider]) -> None:
-        """`providers` in the config's order: the first is where pools without placements go."""
+    def __init__(self, providers: Mapping[str, CloudProvider], connect: Connector | None = None) -> None:
+        """`providers` in the config's order: the first is where pools without placements go. `connect` makes
+        the provider of a cloud a reload adds (None: clouds cannot be added at run time)."""
         if not providers:
             raise ValueError("corral needs at least one cloud")
         self._providers = dict(providers)
+        self._connect = connect
+
+    @property
+    def can_add(self) -> bool:
+        return self._connect is not None
+
+    def add(self, cloud: str, settings: CloudConfig) -> None:
+        """Connect a cloud a reload added (a `CloudError` if it cannot be reached: the reload fails)."""
+        if self._connect is None:
+            raise CloudRequestRejected("this corral was given its clouds and cannot connect another")
+        try:
+            self._providers[cloud] = self._connect(settings)
+        except Exception as exc:  # openstacksdk's config errors are not CloudErrors: say which cloud failed
+            raise CloudRequestRejected(f"cloud {cloud}: {type(exc).__name__}: {exc}") from None
+
+    def remove(self, cloud: str) -> None:
+        """A cloud that left the config and has nothing of corral's left in it: no more calls to it."""
+        provider = self._providers.pop(cloud, None)
+        if provider is not None:
+            provider.close()
 
     @property
     def names(self) -> list[str]:

@@ -291,7 +291,10 @@ class Engine:
                     waiter.cancel()
 
     async def apply_config(self, config: CorralConfig) -> None:
-        """Adopt a new configuration: pools added, removed or changed converge from their next pass."""
+        """Adopt a new configuration: pools added, removed or changed converge from their next pass; so do
+        clouds (an added one is connected now, a removed one is listed until nothing of corral's is left in
+        it). Raises `CloudError` when an added cloud cannot be connected: the reload then fails."""
+        await self._connect_added_clouds(config)
         self.config = config
         self.generation += 1
         self.template = load_template(config.user_data_template)
@@ -299,6 +302,32 @@ class Engine:
         await self._check_due_pools()
         await self._sync_workers()
         self.workers.wake_all()
+
+    async def _connect_added_clouds(self, config: CorralConfig) -> None:
+        for name, settings in config.cloud_settings().items():
+            if name not in self.cloud.names:
+                await asyncio.get_running_loop().run_in_executor(self._cloud_threads, self.cloud.add, name, settings)
+                self.quotas[name] = QuotaBudget(self.clock)
+                logger.info("cloud %s added: pools may place runners in it", name)
+        for name in set(self.quotas) - set(config.cloud_settings()):
+            del self.quotas[name]  # no runner goes there any more; it is listed until empty
+            logger.info("cloud %s removed from the config: its runners are retired, then it is left", name)
+
+    async def _forget_empty_clouds(self, observation: Observation) -> None:
+        """A cloud removed from the config is listed until this look saw nothing of corral's in it and no
+        live runner records it; then it gets no more calls."""
+        leaving = [name for name in self.cloud.names if name not in self.config.cloud_settings()]
+        if not leaving:
+            return
+        live = await self.store.run(runners.live_clouds)
+        listed = observation.servers or {}
+        for name in leaving:
+            if name in live or not observation.listed_cloud(name):
+                continue
+            if any(server.cloud == name for server in listed.values()):
+                continue
+            self.cloud.remove(name)
+            logger.info("cloud %s left: nothing of this installation is in it any more", name)
 
     async def _sync_workers(self) -> None:
         """A worker for every configured pool and every pool that still has runners, of those this replica
@@ -485,6 +514,7 @@ class Engine:
         await self._sync_workers()
         self.workers.wake_all()
         await self._delete_orphan_registrations(observation)
+        await self._forget_empty_clouds(observation)
         publish_headroom(observation.headroom)
         if observation.servers is None:
             return

@@ -35,7 +35,7 @@ from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
 
-ROLLOUT_REASONS = frozenset({Reason.IMAGE_ROLLOUT, Reason.IMAGE_ROLLBACK})
+ROLLOUT_REASONS = frozenset({Reason.IMAGE_ROLLOUT, Reason.IMAGE_ROLLBACK, Reason.PLACEMENT_CHANGED})
 
 ENDED_BY_GITHUB = {
     Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
@@ -187,7 +187,7 @@ class Scaler:
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
         image = self._image_of(name)
-        outdated = self._outdated(current, image, self._config().placements(name)[0].cloud)
+        outdated = self._outdated(name, current, image)
         # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
         in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
         surplus_idle = max(plan.surplus_idle - in_retirement, 0)
@@ -204,12 +204,17 @@ class Scaler:
         retiring = min(surplus_idle, len(outdated)) if not drained else 0
         replacements = self._replacements(name, current, outdated, min_idle, retiring) if rolling else 0
         if replacements:
+            why = self._why_replaced(name, outdated)
+            what = (
+                "in a cloud that is no longer one of its placements"
+                if why is Reason.PLACEMENT_CHANGED
+                else f"on an image the pool no longer uses; new ones get image {image}"
+            )
             self.log_once.warning(
                 f"rollout:{name}",
-                f"pool {name}: idle runners on an image the pool no longer uses; replacing them "
-                f"{pool.rollout.max_surge} at a time (rollout.max_surge) with runners on image {image}",
+                f"pool {name}: replacing idle runners {what}, {pool.rollout.max_surge} at a time (rollout.max_surge)",
             )
-            quota_short = await self._start(name, current, [], [], replacements, warm=replacements, rollout=True)
+            quota_short = await self._start(name, current, [], [], replacements, warm=replacements, rollout=why)
         elif not outdated:
             self.log_once.clear(f"rollout:{name}")
         if plan.create and ready:
@@ -296,21 +301,40 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
-    def _outdated(self, current: list[Runner], image: str | None, cloud: str) -> list[Runner]:
-        """The pool's idle runners in its first placement's `cloud` on an image other than `image`, the one its
-        new runners there get (a runner whose image is not recorded is left alone; so are runners another
-        cloud took while the first could not: they are few, and each goes with its job)."""
-        if image is None:
-            return []
+    def _outdated(self, name: str, current: list[Runner], image: str | None) -> list[Runner]:
+        """The pool's idle runners to replace: those in a cloud that is no longer one of its placements (a
+        reload moved the pool, or removed the cloud), and those in its first placement's cloud on an image
+        other than `image`, the one its new runners there get (a runner whose image is not recorded is left
+        alone; so are runners another placement took while the first could not: few, each gone with its job)."""
+        first = self._config().placements(name)[0].cloud
         return [
             runner
             for runner in current
             if runner.state is RunnerState.IDLE
-            and (runner.cloud or cloud) == cloud
-            and runner.image_id is not None
-            and runner.image_id != image
             and not self.supervisor.busy(runner.id)
+            and (
+                self._misplaced(name, runner)
+                or (
+                    self._cloud_of(runner) == first
+                    and image is not None
+                    and runner.image_id is not None
+                    and runner.image_id != image
+                )
+            )
         ]
+
+    def _cloud_of(self, runner: Runner) -> str:
+        return runner.cloud or self._config().default_cloud
+
+    def _misplaced(self, name: str, runner: Runner) -> bool:
+        """Whether the runner is in a cloud none of its pool's placements names any more."""
+        return self._cloud_of(runner) not in {placement.cloud for placement in self._config().placements(name)}
+
+    def _why_replaced(self, name: str, outdated: Sequence[Runner]) -> Reason:
+        """What replacing these runners is called: a placement change when it is only that, else the image's."""
+        if all(self._misplaced(name, runner) for runner in outdated):
+            return Reason.PLACEMENT_CHANGED
+        return Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
 
     def _replacements(
         self, name: str, current: list[Runner], outdated: list[Runner], min_idle: int, retiring: int
@@ -369,13 +393,13 @@ class Scaler:
         *,
         unbound_demand: bool = False,
         warm: int | None = None,
-        rollout: bool = False,
+        rollout: Reason | None = None,
     ) -> list[str]:
         """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
         creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
         runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
         quota's headroom has room for; returns the resources that held some back (empty if none did).
-        `rollout`: they replace idle runners on an old image.
+        `rollout`: they replace idle runners on an old image or in a cloud the pool left (the reason to record).
 
         With `max_runners_per_repo`, no more than `warm` runners are started for no job: each would register
         at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
@@ -401,8 +425,8 @@ class Scaler:
             return f"repo:{repository[job_id]}"
 
         def reason(job_id: int | None) -> Reason:
-            if rollout:
-                return Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
+            if rollout is not None:
+                return rollout
             return Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM
 
         received = {job.id: job.received_at for job in queued}
@@ -551,13 +575,18 @@ class Scaler:
         at_once: bool = False,
         outdated: Sequence[Runner] = (),
     ) -> float | None:
-        """Retire the idle runners above what is wanted: those on an image the pool no longer uses at once, then
-        the oldest once they have idled `idle_grace` (`at_once`: a pool of higher priority waits for their
-        room); returns the seconds until the next one has (None if none waits)."""
+        """Retire the idle runners above what is wanted: those on an image (or in a cloud) the pool no longer
+        uses at once, then the oldest once they have idled `idle_grace` (`at_once`: a pool of higher priority
+        waits for their room); returns the seconds until the next one has (None if none waits)."""
         if outdated and not drained:
             retiring = list(outdated[:surplus])
-            reason = Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
-            self.retire(retiring, [RunnerState.IDLE], reason, "its image is no longer the pool's")
+            misplaced = [runner for runner in retiring if self._misplaced(name, runner)]
+            image = Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
+            self.retire(
+                misplaced, [RunnerState.IDLE], Reason.PLACEMENT_CHANGED, "its cloud is no longer one of the pool's"
+            )
+            on_old_image = [runner for runner in retiring if runner not in misplaced]
+            self.retire(on_old_image, [RunnerState.IDLE], image, "its image is no longer the pool's")
             surplus -= len(retiring)
             current = [runner for runner in current if runner not in retiring]
             if not surplus:

@@ -444,6 +444,12 @@ def live_pools(connection: Connection) -> set[str]:
     return set(connection.execute(query).scalars())
 
 
+def live_clouds(connection: Connection) -> set[str | None]:
+    """Clouds runners not yet deleted were made in (None: the first, for runners older than the record)."""
+    query = select(RUNNERS.c.cloud).where(RUNNERS.c.state.in_(LIVE)).distinct()
+    return set(connection.execute(query).scalars())
+
+
 def live_scopes(connection: Connection) -> set[str]:
     """Scopes runners not yet deleted registered at (a removed pool's runners still need deregistering)."""
     query = select(RUNNERS.c.scope).where(RUNNERS.c.state.in_(LIVE)).distinct()

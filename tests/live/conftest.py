@@ -16,6 +16,8 @@ import pytest
 from openstack import exceptions as os_exceptions
 
 from corral.cloud.openstack import OpenStackProvider, connect
+from corral.sandbox.server import Sandbox
+from corral.sandbox.world import Timings
 from tests.live.support import ApiCounter, Figures, LiveCloud, cloud_config, env, live_skip_reason, new_run_id
 
 LIVE_DIR = Path(__file__).parent
@@ -115,3 +117,10 @@ def discard(live: LiveCloud) -> Iterator[list[str]]:
     for server_id in ids:
         live.observer.compute.delete_server(server_id, ignore_missing=True)
     live.wait_gone(set(ids))
+
+
+@pytest.fixture
+def github_sandbox() -> Iterator[Sandbox]:
+    """GitHub for a corral on the live cloud: the sandbox's (its OpenStack side goes unused)."""
+    with Sandbox(timings=Timings(boot_delay=0.05)) as sandbox:
+        yield sandbox

@@ -27,6 +27,7 @@ from openstack import exceptions as os_exceptions
 from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, ServerSpec
 from corral.config import CloudConfig
+from corral.local import pool_spec
 
 T = TypeVar("T")
 
@@ -183,6 +184,27 @@ class LiveCloud:
         if timeout_s is None:
             return OpenStackProvider(connection, installation or self.installation)
         return OpenStackProvider(connection, installation or self.installation, timeout_s=timeout_s)
+
+    def owned(self, installation: str) -> list[Any]:
+        """The servers of a corral `installation` (by its metadata), with their details."""
+        return [
+            server
+            for server in self.observer.compute.servers(details=True)
+            if (server.metadata or {}).get(META_INSTALLATION) == installation
+        ]
+
+    def warm_pool(self, **overrides: Any) -> dict[str, Any]:
+        """A pool of this cloud's image, flavor and network keeping two warm runners (no guest boots here,
+        so `bootstrap_timeout` replaces them) out of three at most."""
+        return pool_spec(
+            ["live"],
+            image=self.image,
+            flavor=self.flavor,
+            networks=[self.network],
+            min_idle=2,
+            max_runners=3,
+            **overrides,
+        )
 
     def after_last_upload(self) -> None:
         """Wait until the second after this run's last image upload: Glance keeps `created_at` to the second,

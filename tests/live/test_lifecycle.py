@@ -8,46 +8,22 @@ shrinks and then goes away. Nothing may be left on either side.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 
 from corral.local import LocalCorral, corral_config, pool_spec
 from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
 from tests.live.support import LiveCloud, poll
 
 BOOTSTRAP_TIMEOUT_S = 15
-
-
-@pytest.fixture
-def github_sandbox() -> Iterator[Sandbox]:
-    with Sandbox(timings=Timings(boot_delay=0.05)) as sandbox:
-        yield sandbox
-
-
-def owned_servers(live: LiveCloud, installation: str) -> list[Any]:
-    return [
-        server
-        for server in live.observer.compute.servers(details=True)
-        if (server.metadata or {}).get("corral-installation") == installation
-    ]
 
 
 def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
     live: LiveCloud, github_sandbox: Sandbox, tmp_path: Path
 ) -> None:
     installation = f"{live.installation}-engine"
-    pool = pool_spec(
-        ["live"],
-        image=live.image,
-        flavor=live.flavor,
-        networks=[live.network],
-        min_idle=2,
-        max_runners=3,
+    pool = live.warm_pool(
         bootstrap_timeout=f"{BOOTSTRAP_TIMEOUT_S}s",
     )
     document = corral_config(
@@ -61,7 +37,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
 
         def warm() -> set[str] | None:
             corral.settle(timeout=120)
-            active = {s.id for s in owned_servers(live, installation) if s.status == "ACTIVE"}
+            active = {s.id for s in live.owned(installation) if s.status == "ACTIVE"}
             return active if len(active) >= 2 else None
 
         first = poll(warm, timeout=live.timeout, what="two warm servers ACTIVE on the real cloud")
@@ -69,7 +45,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
 
         def timed_out_and_replaced() -> bool | None:
             corral.settle(timeout=120)
-            now = {s.id for s in owned_servers(live, installation)}
+            now = {s.id for s in live.owned(installation)}
             return (bool(now) and not (first & now)) or None
 
         poll(timed_out_and_replaced, timeout=BOOTSTRAP_TIMEOUT_S + live.timeout, what="first servers replaced")
@@ -87,7 +63,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
 
         def nothing_left() -> bool | None:
             corral.settle(timeout=120)
-            servers = owned_servers(live, installation)
+            servers = live.owned(installation)
             registrations = control.get("/stats").json()["github"]["runners"]["registered"]
             return (not servers and registrations == 0) or None
 
@@ -96,7 +72,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         document["pools"]["spare"] = pool_spec(["spare"], image=live.image, flavor=live.flavor, networks=[live.network])
         assert corral.reload(document) == []
         corral.settle(timeout=120)
-        assert owned_servers(live, installation) == []
+        assert live.owned(installation) == []
         print(f"engine on the live cloud: warm servers replaced by the bootstrap-timeout path in {live_seconds:.0f}s")
     finally:
         corral.stop()

@@ -9,46 +9,22 @@ project's quotas hung its services, so the sandbox's second cloud covers that pa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from corral.cloud.clouds import CloudSet
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, corral_config
 from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
 from tests.live.support import LiveCloud, cloud_config, poll
 
 BOOTSTRAP_TIMEOUT_S = 15  # no guest boots here: each warm server is replaced after this, and goes with min_idle 0
-
-
-@pytest.fixture
-def github_sandbox() -> Iterator[Sandbox]:
-    with Sandbox(timings=Timings(boot_delay=0.05)) as sandbox:
-        yield sandbox
-
-
-def owned(live: LiveCloud, installation: str) -> list[Any]:
-    return [
-        server
-        for server in live.observer.compute.servers(details=True)
-        if (server.metadata or {}).get("corral-installation") == installation
-    ]
 
 
 def test_a_pool_whose_first_placement_the_cloud_cannot_serve_keeps_its_runners_in_the_second(
     live: LiveCloud, github_sandbox: Sandbox, tmp_path: Path
 ) -> None:
     installation = f"{live.installation}-placed"
-    pool = pool_spec(
-        ["live"],
-        image=live.image,
-        flavor=live.flavor,
-        networks=[live.network],
-        min_idle=2,
-        max_runners=3,
+    pool = live.warm_pool(
         bootstrap_timeout=f"{BOOTSTRAP_TIMEOUT_S}s",
         placements=[{"cloud": "first", "flavor": f"corral-{live.run}-no-such-flavor"}, {"cloud": "second"}],
     )
@@ -63,7 +39,7 @@ def test_a_pool_whose_first_placement_the_cloud_cannot_serve_keeps_its_runners_i
 
         def warm() -> list[Any] | None:
             corral.settle(timeout=60)
-            active = [s for s in owned(live, installation) if s.status == "ACTIVE"]
+            active = [s for s in live.owned(installation) if s.status == "ACTIVE"]
             return active if len(active) >= 2 else None
 
         poll(warm, timeout=live.timeout, what="two warm servers ACTIVE from the second placement")
@@ -79,7 +55,7 @@ def test_a_pool_whose_first_placement_the_cloud_cannot_serve_keeps_its_runners_i
 
         def emptied() -> bool | None:
             corral.settle(timeout=60)
-            return not owned(live, installation) or None
+            return not live.owned(installation) or None
 
         poll(emptied, timeout=BOOTSTRAP_TIMEOUT_S + live.timeout, what="the warm servers gone once min_idle is 0")
     finally:
