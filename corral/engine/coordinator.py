@@ -425,7 +425,7 @@ class Engine:
 
     def _others_waiting(self, statuses: dict[str, PoolStatus]) -> list[tuple[str, int, ServerCost, int, float]]:
         """The quota waits of pools other replicas hold, as their status rows say."""
-        now, elsewhere = utcnow(), set(self._held_elsewhere(""))
+        now, elsewhere = utcnow(), set(self._held_elsewhere())
         waits = []
         for name, status in statuses.items():
             if name not in elsewhere or not status.quota_waiting or status.quota_waiting_at is None:
@@ -436,7 +436,7 @@ class Engine:
                 waits.append((name, self.config.pools[name].priority, cost, status.quota_waiting, age))
         return waits
 
-    def _held_elsewhere(self, pool: str) -> list[str]:
+    def _held_elsewhere(self, pool: str | None = None) -> list[str]:
         """The pools other replicas hold, `pool` aside (none on SQLite, where this replica holds all)."""
         if not self.leases.enabled:
             return []
@@ -667,7 +667,7 @@ class Engine:
         return True, None
 
     def _placements_ready(self, name: str) -> tuple[bool, str | None]:
-        """A pool is fit to serve when one of its placements is; if none is, the first one's reason says why."""
+        """A pool is fit to serve when one of its placements is; if none is, each one's reason says why."""
         if name not in self.config.pools:
             return self.checker.readiness(name)
         placements = self.config.placements(name)

@@ -158,6 +158,12 @@ class Creator:
         backoff = self._cloud_backoffs.get((pool, cloud))
         return backoff.remaining_s if backoff is not None else 0.0
 
+    def cloud_on_trial(self, pool: str, cloud: str) -> bool:
+        """Whether `cloud` failed the pool and has not served it since: once its backoff has run out it gets
+        one runner at a time, until one comes online there (a burst would only fail again if it still fails)."""
+        backoff = self._cloud_backoffs.get((pool, cloud))
+        return backoff is not None and backoff.failures > 0
+
     def _cloud_of(self, runner: Runner) -> str:
         return runner.cloud or next(iter(self._clouds_of(runner.pool)), "default")
 

@@ -414,7 +414,7 @@ class Scaler:
                 return []
         for_jobs: list[int | None] = [*uncovered, *[None] * spare]
         job_runners = count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None)
-        groups, short = self._place(name, count, job_runners)
+        groups, short = self._place(name, current, count, job_runners)
         self._note_quota(name, count - sum(len(group.claims) for group in groups), short)
         repository = {job.id: job.repository for job in queued}
 
@@ -468,11 +468,12 @@ class Scaler:
             if self._placement_ready(placement.key(name)) and not self.creator.cloud_paused_s(name, placement.cloud)
         ]
 
-    def _place(self, name: str, count: int, job_runners: int) -> tuple[list[_Placed], list[str]]:
+    def _place(self, name: str, current: list[Runner], count: int, job_runners: int) -> tuple[list[_Placed], list[str]]:
         """Claim room for `count` runners (the first `job_runners` for queued jobs) in the pool's placements:
-        each takes what its cloud's quota headroom has room for, the rest spill over to the next. Runners for
-        jobs no placement has room for make the pool wait in its last placement's cloud (lower-priority
-        pools there make room). Returns the claims by placement and what held the rest back."""
+        each takes what its cloud's quota headroom has room for (a cloud on trial after failing the pool: one
+        runner at a time), the rest spill over to the next. Runners for jobs no placement has room for make
+        the pool wait in its last placement's cloud (lower-priority pools there make room). Returns the
+        claims by placement and what held the rest back."""
         pool = self._config().pools[name]
         usable = self._placements(name)
         groups: list[_Placed] = []
@@ -483,8 +484,12 @@ class Scaler:
                 break
             budget, cost = self._quota_of(placement.cloud), self._server_cost(placement.key(name))
             last = index == len(usable) - 1
+            wanted = left
+            if self.creator.cloud_on_trial(name, placement.cloud):
+                trying = any(r.state in STARTING_STATES and self._cloud_of(r) == placement.cloud for r in current)
+                wanted = 0 if trying else 1
             claims, short = budget.claim(
-                cost, left, pool=name, priority=pool.priority, for_jobs=jobs_left if last else 0
+                cost, wanted, pool=name, priority=pool.priority, for_jobs=jobs_left if last else 0
             )
             if claims:
                 groups.append(_Placed(placement, budget, cost, claims))
