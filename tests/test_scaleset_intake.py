@@ -87,7 +87,9 @@ def test_a_scale_set_pool_serves_its_jobs_beside_a_webhook_pool(
     for job_id in on_webhooks:
         assert control.get(f"/jobs/{job_id}").json()["runner_name"].startswith("corral-small-")
     ci_runners = [runner for runner in corral.runners(pool="ci")]
-    assert 6 <= len(ci_runners) <= 7, f"about one runner per scale-set job, not more: {len(ci_runners)}"
+    # A job GitHub counts as assigned before corral sees its runner busy costs one more runner: 6-7 here
+    # unloaded; CI's loaded machine measured 8 once (the 200-job trace bounds the rate at 1.05 per job).
+    assert 6 <= len(ci_runners) <= 8, f"about one runner per scale-set job, not more: {len(ci_runners)}"
     shown = pools_view(corral)["ci"]
     assert shown["job_messages"] >= 6 * 3, "assigned, started and completed, for each job"
     assert shown["recoveries"] == 0
