@@ -129,3 +129,16 @@ def test_a_keystone_failure_on_first_use_is_a_cloud_error(sandbox: Sandbox, cont
         assert fresh.list_servers() == [], "and once Keystone answers again, the provider works"
     finally:
         fresh.close()
+
+
+def test_a_name_two_networks_share_is_a_problem_of_the_pool_not_a_failed_check(
+    sandbox: Sandbox, provider: OpenStackProvider
+) -> None:
+    """An admin sees every project's networks, so a name the pool's project holds once may match two: that
+    is a definite answer (use the id), not a check to try again."""
+    assert provider.check_pool(spec("check")) == []
+    sandbox.call(lambda: sandbox.world.cloud.add_network("private", "10.99.0.0/24"))
+    (problem,) = provider.check_pool(spec("check"))
+    assert (
+        "More than one Network exists with the name 'private'" in problem and "use a unique name or the id" in problem
+    )

@@ -36,6 +36,7 @@ from corral.cloud.provider import (
     META_POOL,
     META_RUNNER,
     CloudError,
+    CloudNameAmbiguous,
     CloudQuotaExceeded,
     CloudRequestRejected,
     CloudResourceMissing,
@@ -104,7 +105,7 @@ def classify(operation: str, exc: Exception) -> CloudError:
     if isinstance(exc, os_exceptions.HttpException):
         return _from_status(operation, exc.status_code or 0, (exc.details or exc.message or "").strip())
     if isinstance(exc, os_exceptions.DuplicateResource):
-        return CloudRequestRejected(f"{operation}: {exc.message}; use a unique name or the id"[:500])
+        return CloudNameAmbiguous(f"{operation}: {exc.message}; use a unique name or the id"[:500])
     if isinstance(exc, ks_exceptions.HttpError):
         # Raised by keystoneauth itself, e.g. a 401 from Keystone when the credentials are wrong.
         return _from_status(operation, exc.http_status or 0, (exc.message or "").strip())
@@ -315,7 +316,10 @@ class OpenStackProvider:
         def find() -> Any:
             return getattr(getattr(self.connection, service), method)(name, ignore_missing=True)
 
-        found = self._idempotent(f"find {kind} {name!r}", find)
+        try:
+            found = self._idempotent(f"find {kind} {name!r}", find)
+        except CloudNameAmbiguous as exc:
+            return str(exc)
         return f"{kind} {name!r} does not exist in this cloud" if found is None else None
 
     def check_pool(self, spec: ServerSpec) -> list[str]:
@@ -331,7 +335,7 @@ class OpenStackProvider:
         for kind, name in lookups:
             try:
                 self._lookup(kind, name)
-            except CloudResourceMissing as exc:
+            except (CloudResourceMissing, CloudNameAmbiguous) as exc:
                 problems.append(str(exc))
         checks = [("security group", group, ("network", "find_security_group")) for group in spec.security_groups]
         if spec.key_name:

@@ -53,6 +53,11 @@ class CloudResourceMissing(CloudRequestRejected):
     """A name the pool uses (image, flavor, network...) does not exist: a definite answer, unlike an error."""
 
 
+class CloudNameAmbiguous(CloudRequestRejected):
+    """A name the pool uses matches several resources (two networks of one name, which an admin sees across
+    projects): a definite answer too, which the pool's id for it fixes."""
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """Everything a pool declares about its servers, resolved for one runner."""
