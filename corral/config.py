@@ -42,6 +42,7 @@ from sqlalchemy.exc import ArgumentError
 from corral import schedules as warm_schedules
 from corral import secrets
 from corral.cloud.images import ImageFilter, ImageRef
+from corral.cloud.provider import DEFAULT_CLOUD
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
@@ -556,8 +557,6 @@ class CloudEntryConfig(CloudTuning):
         return CloudConfig(name=self.cloud, **self.model_dump(exclude={"cloud"}))
 
 
-DEFAULT_CLOUD = "default"
-"""The name the single `cloud:` section goes by among `clouds`."""
 CLOUD_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 
 
@@ -670,8 +669,20 @@ class CorralConfig(StrictModel):
     def default_cloud(self) -> str:
         return next(iter(self.clouds), DEFAULT_CLOUD)
 
+    def cloud_of(self, recorded: str | None) -> str:
+        """The cloud a runner is in, from what its row recorded (None, for runners older than the record:
+        the first cloud)."""
+        return recorded or self.default_cloud
+
     def placements(self, pool: str) -> list[Placement]:
         return self.pools[pool].resolved_placements(self.default_cloud)
+
+    def clouds_of(self, pool: str) -> list[str]:
+        """The clouds of the pool's placements, in order (a pool no longer configured: the first cloud, where
+        the runners of the unrecorded past are)."""
+        if pool not in self.pools:
+            return [self.default_cloud]
+        return [placement.cloud for placement in self.placements(pool)]
 
     @model_validator(mode="after")
     def clouds_are_consistent(self) -> CorralConfig:

@@ -25,8 +25,8 @@ import yaml
 from corral.api.app import build_app
 from corral.cloud.clouds import CloudSet
 from corral.cloud.openstack import OpenStackProvider
-from corral.cloud.provider import CloudProvider
-from corral.config import DEFAULT_CLOUD, CloudConfig
+from corral.cloud.provider import DEFAULT_CLOUD, CloudProvider
+from corral.config import CloudConfig
 from corral.files import write_private
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.sandbox.server import SandboxInfo, bind_socket

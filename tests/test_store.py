@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from corral.clock import utcnow
+from corral.cloud.provider import DEFAULT_CLOUD
 from corral.engine.backoff import LogOnce
 from corral.engine.pauses import PoolPauses
 from corral.model import (
@@ -291,8 +292,8 @@ def test_a_reading_counts_other_replicas_servers_made_before_it_and_no_others(st
     assert deleted is not None and deleted.state is RunnerState.DELETED
     add(store, "mine")
     assert in_flight.state is RunnerState.PENDING
-    assert store.run_blocking(quota.made_since, ["other"], reading_began) == {"other": 2}
-    assert store.run_blocking(quota.made_since, [], reading_began) == {}
+    assert store.run_blocking(quota.made_since, ["other"], reading_began, DEFAULT_CLOUD, True) == {"other": 2}
+    assert store.run_blocking(quota.made_since, [], reading_began, DEFAULT_CLOUD, True) == {}
     store.run_blocking(
         pools.set_quota, "other", server_cost={"cores": 2, "ram_mb": 2048}, waiting=0, waiting_at=utcnow()
     )

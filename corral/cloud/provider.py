@@ -28,6 +28,9 @@ class VolumeSpec(Protocol):
     def type(self) -> str | None: ...
 
 
+DEFAULT_CLOUD = "default"
+"""The name the single `cloud:` section goes by among corral's clouds."""
+
 META_INSTALLATION = "corral-installation"
 META_POOL = "corral-pool"
 META_RUNNER = "corral-runner"
@@ -77,7 +80,7 @@ class ServerSpec:
     metadata: dict[str, str] = field(default_factory=dict)
     user_data: str = field(default="", repr=False)
     """Contains the JIT config: excluded from repr so it cannot reach a log line by accident."""
-    cloud: str = "default"
+    cloud: str = DEFAULT_CLOUD
     """Which of corral's clouds it is made in (`CloudSet` routes the create; a provider is one cloud)."""
 
 
@@ -95,7 +98,7 @@ class CloudServer:
     fault: str | None = None
     image_id: str | None = None
     """The image it was created from (None when the cloud does not say: a server booted from a volume)."""
-    cloud: str = "default"
+    cloud: str = DEFAULT_CLOUD
     """Which of corral's clouds it is in (set by `CloudSet`)."""
 
     @property

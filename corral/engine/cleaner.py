@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 
 from corral.cloud.clouds import CloudSet
-from corral.cloud.provider import CloudError, CloudServer
+from corral.cloud.provider import DEFAULT_CLOUD, CloudError, CloudServer
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.observe import Observation
@@ -40,12 +40,12 @@ class Cleaner:
         github: GitHubClient,
         executor: Executor,
         log_once: LogOnce,
-        default_cloud: Callable[[], str] = lambda: "default",
+        cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
     ) -> None:
-        """`default_cloud`: where the servers of runners older than their cloud's record are (the first)."""
+        """`cloud_of`: the cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`)."""
         self._mover = mover
         self._clouds = clouds
-        self._default_cloud = default_cloud
+        self._cloud_of_recorded = cloud_of
         self._github = github
         self._executor = executor
         self._log_once = log_once
@@ -95,7 +95,7 @@ class Cleaner:
         return True
 
     def _cloud_of(self, runner: Runner) -> str:
-        return runner.cloud or self._default_cloud()
+        return self._cloud_of_recorded(runner.cloud)
 
     async def delete_server(self, server_id: str, cloud: str) -> bool:
         started = time.perf_counter()

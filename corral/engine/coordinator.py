@@ -146,12 +146,13 @@ class Engine:
             jit_concurrency=config.tuning.jit_concurrency,
             scale_set_jit=self.scalesets.jit_config,
             pinned_image=self.rollouts.pinned,
-            clouds_of=self._clouds_of,
+            clouds_of=lambda pool: self.config.clouds_of(pool),
+            cloud_of=lambda recorded: self.config.cloud_of(recorded),
             ready_clouds=self._ready_clouds,
             clock=clock,
         )
         self.cleaner = Cleaner(
-            self.mover, cloud, github, self._cloud_threads, self.log_once, lambda: self.config.default_cloud
+            self.mover, cloud, github, self._cloud_threads, self.log_once, lambda r: self.config.cloud_of(r)
         )
         self.jobs = JobTracker(store, github, self.log_once, clock)
         self.status = StatusPublisher(store)
@@ -421,7 +422,7 @@ class Engine:
         waits = self._others_waiting(statuses)
         for cloud, budget in self.quotas.items():
             # A pool another replica holds waits in its first placement's cloud.
-            budget.others_waiting(wait for wait in waits if self._clouds_of(wait[0])[0] == cloud)
+            budget.others_waiting(wait for wait in waits if self.config.clouds_of(wait[0])[0] == cloud)
 
     def _others_waiting(self, statuses: dict[str, PoolStatus]) -> list[tuple[str, int, ServerCost, int, float]]:
         """The quota waits of pools other replicas hold, as their status rows say."""
@@ -683,12 +684,6 @@ class Engine:
         if pool not in self.config.pools:
             return set()
         return {p.cloud for p in self.config.placements(pool) if self.checker.readiness(p.key(pool))[0]}
-
-    def _clouds_of(self, pool: str) -> list[str]:
-        """The clouds of the pool's placements, in order (a removed pool's runners: the first cloud)."""
-        if pool not in self.config.pools:
-            return [self.config.default_cloud]
-        return [placement.cloud for placement in self.config.placements(pool)]
 
     def snapshot(self, name: str) -> PoolSnapshot:
         return self.status.snapshots.get(name) or PoolSnapshot(name)

@@ -21,6 +21,7 @@ from string import Template
 from corral.clock import utcnow
 from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import (
+    DEFAULT_CLOUD,
     META_INSTALLATION,
     META_POOL,
     META_RUNNER,
@@ -105,6 +106,7 @@ class Creator:
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
         pinned_image: Callable[[str], str | None] = lambda _: None,
         clouds_of: Callable[[str], list[str]] = lambda _: [],
+        cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
         ready_clouds: Callable[[str], set[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -123,7 +125,9 @@ class Creator:
         self._pinned_image = pinned_image
         """The image id a pool's runners must be created from instead of its `image` (rolled back), if any."""
         self._clouds_of = clouds_of
-        """The clouds of a pool's placements, in order (the first for runners older than their record)."""
+        """The clouds of a pool's placements, in order."""
+        self._cloud_of_recorded = cloud_of
+        """The cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`)."""
         self._ready_clouds = ready_clouds or (lambda pool: set(clouds_of(pool)))
         """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
         self._clock = clock
@@ -165,7 +169,7 @@ class Creator:
         return backoff is not None and backoff.failures > 0
 
     def _cloud_of(self, runner: Runner) -> str:
-        return runner.cloud or next(iter(self._clouds_of(runner.pool)), "default")
+        return self._cloud_of_recorded(runner.cloud)
 
     async def _back_off(
         self, runner: Runner, at_least_s: float = 0.0, *, cloud_fault: bool = True

@@ -123,7 +123,7 @@ class RunnerJudge:
             observed_age_s=(observation.started_at - runner.created_at).total_seconds(),
             bootstrap_timeout_s=timeout,
             server_known=server is not None
-            or (seen_before and observation.listed_cloud(runner.cloud or self._config().default_cloud)),
+            or (seen_before and observation.listed_cloud(self._config().cloud_of(runner.cloud))),
             server_status=server.status if server else None,
             server_fault=server.fault if server else None,
             registration_known=runner.scope in observation.registrations and (registration is not None or seen_before),

@@ -186,8 +186,8 @@ class SharedRoom:
         others: Collection[str],
         read_began: datetime,
         *,
-        cloud: str = "default",
-        or_unrecorded: bool = True,
+        cloud: str,
+        or_unrecorded: bool,
     ) -> None:
         """`cloud`: the quota's cloud, whose runners count (`or_unrecorded`: and those older than the record of
         their cloud, which is the first)."""

@@ -181,8 +181,8 @@ class Scaler:
             queued_jobs=waiting,
         )
         # Pools of higher priority waiting for quota to serve queued jobs take this pool's warm runners' room.
-        clouds = sorted({placement.cloud for placement in self._config().placements(name)})
-        outranked = self._quota_of(self._config().placements(name)[0].cloud).outranked(name, pool.priority)
+        clouds = self._config().clouds_of(name)
+        outranked = self._quota_of(clouds[0]).outranked(name, pool.priority)
         warm = pool.min_idle_at(self.clock())
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
@@ -250,7 +250,7 @@ class Scaler:
             reason=reason,
             quota_short=tuple(quota_short),
             server_cost=self._server_cost(name),
-            quota_waiting=sum(self._quota_of(cloud).waiting(name) for cloud in clouds),
+            quota_waiting=sum(self._quota_of(cloud).waiting(name) for cloud in set(clouds)),
         )
         await self.status.publish(snapshot, self._generation())
         if warm.next_change is not None:
@@ -306,7 +306,7 @@ class Scaler:
         reload moved the pool, or removed the cloud), and those in its first placement's cloud on an image
         other than `image`, the one its new runners there get (a runner whose image is not recorded is left
         alone; so are runners another placement took while the first could not: few, each gone with its job)."""
-        first = self._config().placements(name)[0].cloud
+        first = self._config().clouds_of(name)[0]
         return [
             runner
             for runner in current
@@ -315,7 +315,7 @@ class Scaler:
             and (
                 self._misplaced(name, runner)
                 or (
-                    self._cloud_of(runner) == first
+                    self._config().cloud_of(runner.cloud) == first
                     and image is not None
                     and runner.image_id is not None
                     and runner.image_id != image
@@ -323,12 +323,10 @@ class Scaler:
             )
         ]
 
-    def _cloud_of(self, runner: Runner) -> str:
-        return runner.cloud or self._config().default_cloud
-
     def _misplaced(self, name: str, runner: Runner) -> bool:
         """Whether the runner is in a cloud none of its pool's placements names any more."""
-        return self._cloud_of(runner) not in {placement.cloud for placement in self._config().placements(name)}
+        config = self._config()
+        return config.cloud_of(runner.cloud) not in config.clouds_of(name)
 
     def _why_replaced(self, name: str, outdated: Sequence[Runner]) -> Reason:
         """What replacing these runners is called: a placement change when it is only that, else the image's."""
@@ -486,7 +484,8 @@ class Scaler:
             last = index == len(usable) - 1
             wanted = left
             if self.creator.cloud_on_trial(name, placement.cloud):
-                trying = any(r.state in STARTING_STATES and self._cloud_of(r) == placement.cloud for r in current)
+                cloud_of = self._config().cloud_of
+                trying = any(r.state in STARTING_STATES and cloud_of(r.cloud) == placement.cloud for r in current)
                 wanted = 0 if trying else 1
             claims, short = budget.claim(
                 cost, wanted, pool=name, priority=pool.priority, for_jobs=jobs_left if last else 0

@@ -35,8 +35,8 @@ def made_since(
     connection: Connection,
     pools: Collection[str],
     since: datetime,
-    cloud: str = "default",
-    or_unrecorded: bool = True,
+    cloud: str,
+    or_unrecorded: bool,
 ) -> dict[str, int]:
     """Per pool of `pools`, its runners in `cloud` (`or_unrecorded`: or of no recorded cloud, the first) whose
     server a reading begun at `since` may not count: their create is under way, or their server was made
