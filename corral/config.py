@@ -12,6 +12,7 @@ that no log line can carry them.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -674,8 +675,13 @@ class CorralConfig(StrictModel):
         the first cloud)."""
         return recorded or self.default_cloud
 
+    @functools.cached_property
+    def resolved_placements(self) -> dict[str, list[Placement]]:
+        """Every pool's placements, resolved once per configuration: each pass reads them, several times."""
+        return {name: pool.resolved_placements(self.default_cloud) for name, pool in self.pools.items()}
+
     def placements(self, pool: str) -> list[Placement]:
-        return self.pools[pool].resolved_placements(self.default_cloud)
+        return self.resolved_placements[pool]
 
     def clouds_of(self, pool: str) -> list[str]:
         """The clouds of the pool's placements, in order (a pool no longer configured: the first cloud, where
