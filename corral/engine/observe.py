@@ -44,10 +44,14 @@ class Observation:
     listed: frozenset[str] = frozenset()
     """The clouds whose listing `servers` holds."""
     registrations: dict[str, dict[str, RegisteredRunner]] = field(default_factory=dict)
-    headroom: Headroom | None = None
-    """The first cloud's project quota less its usage, read with the servers (None when it could not be read)."""
     headrooms: dict[str, Headroom | None] = field(default_factory=dict)
-    """Every cloud's, by name."""
+    """Each cloud's project quota less its usage, read with the servers (None when it could not be read), by
+    name, the first cloud first."""
+
+    @property
+    def headroom(self) -> Headroom | None:
+        """The first cloud's: what the pools' views, the dashboard and the headroom gauge show."""
+        return next(iter(self.headrooms.values()), None)
 
     def listed_cloud(self, cloud: str) -> bool:
         """Whether this look listed `cloud`, so that a server missing from it is known to be gone."""
@@ -143,7 +147,6 @@ async def observe(
         servers={server.runner_id: server for found in listed.values() for server in found} if listed else None,
         listed=frozenset(listed),
         registrations=by_scope,
-        headroom=read[clouds.names[0]],
         headrooms=read,
     )
 
