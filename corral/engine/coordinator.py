@@ -363,7 +363,7 @@ class Engine:
             if self.leases.holds(payload):
                 self.workers.wake(payload)
         elif payload == messages.DRAIN_CHANGED:
-            self.supervisor.start(ActionKind.LEASES, "drain-changed", self._reload_drained())
+            self.supervisor.start(ActionKind.LEASES, "drain-changed", self._read_pool_statuses())
         elif payload == messages.LOOK_NOW:
             self.observer.refresh()
         elif payload.startswith(messages.DELETE):
@@ -412,7 +412,7 @@ class Engine:
         told = dict(answer.rsplit(":", 1) for answer in answers if ":" in answer)
         return {replica: told.get(replica, "no answer") for replica in sorted(others)}
 
-    async def _reload_drained(self) -> None:
+    async def _read_pool_statuses(self) -> None:
         """Read every pool's status row: operators' drains, and the quota waits of pools others hold."""
         statuses = await self.store.run(pools.statuses)
         drained = pools.drained(statuses)
@@ -510,8 +510,9 @@ class Engine:
         """After each look: every pool is judged against it, and servers nobody owns are deleted."""
         self.passes += 1
         if self.leases.enabled:
-            # An operator's drain on another replica comes by NOTIFY, which a lost connection can miss.
-            await self._reload_drained()
+            # An operator's drain on another replica comes by NOTIFY, which a lost connection can miss; other
+            # replicas' quota waits come only this way.
+            await self._read_pool_statuses()
         await self._sync_workers()
         self.workers.wake_all()
         await self._delete_orphan_registrations(observation)

@@ -88,9 +88,9 @@ class Rollouts:
     def _judge(self, pool_name: str, rollout: Rollout) -> None:
         """Once `min_boots` runners on the new image were judged: roll back, or put the image in service."""
         pool = self._config().pools.get(pool_name)
-        if pool is None or rollout.online + rollout.failed < pool.rollout.min_boots:
-            return
         judged = rollout.online + rollout.failed
+        if pool is None or judged < pool.rollout.min_boots:
+            return
         if rollout.failure_rate <= pool.rollout.max_failure_rate:
             del self._rollouts[pool_name]
             logger.info(
