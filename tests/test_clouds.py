@@ -262,9 +262,12 @@ def test_a_cloud_that_failed_gets_one_runner_at_a_time_until_one_comes_online_th
     corral = start_corral(document=two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}"))
     control.post("/jobs", json={"repo": "octo-org/app", "labels": ["small"], "duration": 0.1}).raise_for_status()
     wait_until(lambda: everything_done(control, 1), timeout=30, what="the first job served by the second cloud")
-    assert len([m for m in runner_failures(corral) if "503" in m]) == 1
+    # The first cloud has failed the pool (once, or twice when a loaded machine lets its backoff run out
+    # before the first job's runner in the second cloud is online): what the 20 jobs cost is counted after.
+    before = len([m for m in runner_failures(corral) if "503" in m])
+    assert before >= 1
     trace(control, 20, seed=11, over_s=8.0)
     wait_until(lambda: everything_done(control, 21), timeout=90, what="20 more jobs served")
-    failed = len([m for m in runner_failures(corral) if "503" in m]) - 1
+    failed = len([m for m in runner_failures(corral) if "503" in m]) - before
     # Backoffs of 1, 2 and 4 s run out during the 8 s: a few trials, one runner each.
     assert 1 <= failed <= 4, f"{failed} runners sent to the failing cloud for 20 jobs"
