@@ -15,8 +15,10 @@ import pytest
 
 from corral.clock import utcnow
 from corral.cloud.provider import DEFAULT_CLOUD
+from corral.cloud.quota import Headroom, ServerCost
 from corral.engine.backoff import LogOnce
 from corral.engine.pauses import PoolPauses
+from corral.engine.quota import SharedRoom
 from corral.model import (
     Delivery,
     DeliveryOutcome,
@@ -299,6 +301,27 @@ def test_a_reading_counts_other_replicas_servers_made_before_it_and_no_others(st
     )
     store.run_blocking(pools.publish, "never-checked", generation=1, ready=False, reason=None, removed=False)
     assert store.run_blocking(quota.server_costs, ["other", "never-checked"]) == {"other": {"cores": 2, "ram_mb": 2048}}
+
+
+def test_another_replicas_runners_count_against_the_quota_before_their_cost_is_known(store: Store) -> None:
+    """Another replica wrote two runners of its pool, whose server cost no status row shows yet: each still
+    takes an instance of the room this replica's add sees, and once the cost is written, its cores too."""
+    reading_began = utcnow() - timedelta(seconds=1)
+    add(store, "other")
+    add(store, "other")
+    server = ServerCost(cores=2, ram_mb=2048)
+
+    def room_for(count: int) -> int:
+        room = SharedRoom(
+            Headroom(instances=3, cores=10), server, ["other"], reading_began, cloud=DEFAULT_CLOUD, or_unrecorded=True
+        )
+        return store.run_blocking(room, count)
+
+    assert room_for(3) == 1, "of three instances left, the other replica's two runners take two"
+    store.run_blocking(pools.set_server_cost, "other", {"cores": 4, "ram_mb": 1024})
+    assert room_for(3) == 1, "with their cost known: 8 of the 10 cores taken leave room for one 2-core server"
+    store.run_blocking(pools.set_server_cost, "other", {"cores": 5, "ram_mb": 1024})
+    assert room_for(3) == 0, "and their 10 cores leave none"
 
 
 def test_pool_status_round_trip(store: Store) -> None:

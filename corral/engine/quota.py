@@ -40,6 +40,9 @@ CLOCK_SLACK_S = 2.0
 """Replicas' clocks may differ by this much: a server another replica made this long before a reading began
 is still counted as made after it."""
 
+BARE_SERVER = ServerCost(cores=0, ram_mb=0, instances=1, ports=1)
+"""What another replica's runner counts at when its pool's cost cannot be read: at least its instance."""
+
 
 @dataclass(frozen=True)
 class _Waiting:
@@ -201,7 +204,7 @@ class SharedRoom:
         shared.take_turn(connection)
         made = shared.made_since(connection, self._others, self._since, self._cloud, self._or_unrecorded)
         costs = shared.server_costs(connection, made)
-        taken = [(cost, servers) for pool, servers in made.items() if (cost := ServerCost.of(costs.get(pool)))]
+        taken = [(ServerCost.of(costs.get(pool)) or BARE_SERVER, servers) for pool, servers in made.items()]
         fits, limited_by = servers_that_fit(self._left.less(taken), self._cost)
         if fits is None or fits >= count:
             return count

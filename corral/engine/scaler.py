@@ -504,6 +504,8 @@ class Scaler:
         some back."""
         pool = self._config().pools[name]
         room = self._shared_room(name, group)
+        if (cost := self._server_cost(name)) is not None:
+            await self.status.cost_before_creates(name, cost)
         try:
             created = await self.store.run(
                 runners.add,

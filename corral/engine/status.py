@@ -55,6 +55,7 @@ class StatusPublisher:
         self.snapshots: dict[str, PoolSnapshot] = {}
         self._published: dict[str, tuple[int, bool, str | None, bool]] = {}
         self._quota_published: dict[str, tuple[ServerCost | None, int, float]] = {}
+        self._cost_written: dict[str, ServerCost] = {}
 
     async def publish(self, snapshot: PoolSnapshot, generation: int) -> None:
         self.snapshots[snapshot.name] = snapshot
@@ -90,12 +91,24 @@ class StatusPublisher:
             waiting_at=utcnow(),
         )
         self._quota_published[snapshot.name] = (cost, waiting, now)
+        if cost is not None:
+            self._cost_written[snapshot.name] = cost
+
+    async def cost_before_creates(self, name: str, cost: ServerCost) -> None:
+        """Write the pool's server cost now unless it is already written: its runners are about to be, and
+        replicas sharing the project must find the cost of any runner of it they read (the snapshot that
+        carries it is published only after the pass that creates them)."""
+        if self._cost_written.get(name) == cost:
+            return
+        await self._store.run(pools.set_server_cost, name, asdict(cost))
+        self._cost_written[name] = cost
 
     async def forget(self, name: str) -> None:
         """A removed pool with nothing left: no row, no gauges, no snapshot."""
         self.snapshots.pop(name, None)
         self._published.pop(name, None)
         self._quota_published.pop(name, None)
+        self._cost_written.pop(name, None)
         for state in RunnerState:
             with contextlib.suppress(KeyError):
                 RUNNERS.remove(name, state.value)

@@ -64,6 +64,13 @@ def set_quota(
     _upsert(connection, name, server_cost=server_cost, quota_waiting=waiting, quota_waiting_at=waiting_at)
 
 
+def set_server_cost(connection: Connection, name: str, server_cost: dict[str, int]) -> None:
+    """What one of the pool's servers costs of the quota, written before its holder's first runners: replicas
+    sharing the project count those runners at this cost, and a runner whose cost they cannot read yet would
+    count as a bare instance."""
+    _upsert(connection, name, server_cost=server_cost)
+
+
 def release_session(connection: Connection, name: str, session: str) -> None:
     """The holder that opened `session` has closed it: the pool shows none open, unless a newer holder has
     already recorded its own (an old holder closing late must not erase the new one's)."""
