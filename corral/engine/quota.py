@@ -71,12 +71,17 @@ class QuotaBudget:
         """Pools other replicas hold that wait for quota, as their status rows said at the last look."""
         self.read_began_wall: datetime | None = None
         """When the last reading began, by the wall clock other replicas' runner events are stamped with."""
+        self.looked = False
+        """Whether a look has read the quota yet (or tried to: a failed reading plans without it). Until the
+        first, a pass plans nothing rather than creates the quota may refuse: after a start, passes run before
+        the first look has read anything."""
 
     def refresh(self, headroom: Headroom | None, read_began_at: float, read_began_wall: datetime | None = None) -> None:
         """A new reading (None: the quota could not be read, so nothing is held back). `read_began_at` is on
         this budget's clock: creates finished before it are in the reading."""
         self._headroom = headroom
         self.read_began_wall = read_began_wall
+        self.looked = True
         now = self._clock()
         self._reserved = {
             key: held

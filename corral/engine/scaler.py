@@ -474,6 +474,8 @@ class Scaler:
         claims by placement and what held the rest back."""
         pool = self._config().pools[name]
         usable = self._placements(name)
+        if not all(self._quota_of(placement.cloud).looked for placement in usable):
+            return [], []  # the first look wakes the pool again, with the quota read
         groups: list[_Placed] = []
         short: list[str] = []
         left, jobs_left = count, job_runners
