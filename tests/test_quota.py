@@ -36,6 +36,22 @@ def test_two_pools_sharing_a_quota_of_ten_serve_a_hundred_jobs_with_no_create_re
     assert refused == [], f"{len(refused)} creates refused for quota: {refused[:3]}"
 
 
+def test_jobs_that_come_before_the_first_look_has_read_the_quota_wait_for_it(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral
+) -> None:
+    """Right after a start, passes run before the first look: with Nova's limits slow to answer (3 s), jobs
+    that come then get no create the quota of one instance would refuse; they are served one at a time."""
+    control.put("/quota", json={"instances": 1}).raise_for_status()
+    slow = {"match": "openstack GET */limits", "latency_ms": 3000, "count": 1}
+    control.put("/faults", json={"endpoints": [slow]}).raise_for_status()
+    corral = start_corral({"small": pool_spec(["small"], max_runners=5)})
+    jobs = [{"at": 0.0, "repo": "octo-org/app", "labels": ["small"], "duration": 0.2} for _ in range(3)]
+    control.post("/trace", json={"jobs": jobs}).raise_for_status()
+    wait_until(lambda: everything_done(control, 3), timeout=60, what="the three jobs served")
+    refused = [reason for reason in runner_failures(corral) if "quota" in reason.lower()]
+    assert refused == [], f"{len(refused)} creates refused for quota: {refused[:3]}"
+
+
 def test_a_create_holds_its_cost_until_a_reading_made_after_it_finished() -> None:
     """Between two readings the budget counts this replica's own creates, exactly once: not before the
     reading includes them (Nova counts a server once it accepted the create), and not after."""
