@@ -311,6 +311,30 @@ class RolloutConfig(StrictModel):
     the pool rolls back to the image in service before."""
     min_boots: int = Field(default=3, ge=1, le=1000)
     """Runners on a new image judged (online or failed) before it is rolled back or put in service."""
+    canary: float | None = None
+    """Given as a share such as `10%`: a new image first gets only that share of the pool's new runners
+    (the canaries; the rest, and the idle runners, stay on the image in service) until `canary_jobs` jobs
+    succeeded on it; then it is promoted and rolled out as without a canary. None: no canary."""
+    canary_jobs: int = Field(default=5, ge=1, le=10000)
+    """Jobs that must succeed on a canary image before it is promoted."""
+
+    @field_validator("canary", mode="before")
+    @classmethod
+    def _share(cls, value: Any) -> float | None:
+        """`10%` as 0.1: a bare number would be ambiguous (0.1 of the runners, or 0.1%?), so only a percentage
+        is taken."""
+        if value is None:
+            return None
+        text_value = str(value).strip() if isinstance(value, str) else None
+        if text_value is None or not text_value.endswith("%"):
+            raise ValueError(f"give the share of new runners as a percentage, such as '10%' (got {value!r})")
+        try:
+            percent = float(text_value[:-1])
+        except ValueError:
+            raise ValueError(f"{value!r} is not a percentage; write it like '10%'") from None
+        if not 0 < percent <= 100:
+            raise ValueError(f"{value!r} is not a share of runners: give more than 0% and at most 100%")
+        return percent / 100
 
 
 class PlacementConfig(StrictModel):

@@ -68,6 +68,12 @@ QUOTA_HEADROOM = Gauge(
 )
 
 
+IMAGE_PROMOTIONS = Counter(
+    "corral_image_promotions_total",
+    "Canary images a pool promoted, as enough jobs succeeded on them (rollout.canary_jobs)",
+    ["pool"],
+    registry=REGISTRY,
+)
 IMAGE_ROLLBACKS = Counter(
     "corral_image_rollbacks_total",
     "Rollouts of a new image a pool rolled back, as too many of its runners failed to come online",

@@ -352,3 +352,7 @@ class PoolStatus:
     """Runners for queued jobs the quota held back on its holder's last pass..."""
     quota_waiting_at: datetime | None = None
     """...as of then."""
+    image_checked: str | None = None
+    """The image id its `image` resolved to at its holder's last check..."""
+    rollout: dict[str, Any] | None = None
+    """...and its image rollout, if one is under way or rolled back (`engine.rollouts.Rollout` fields)."""

@@ -425,3 +425,23 @@ def test_a_per_repository_cap_is_refused_where_runners_cannot_register_per_repos
     assert "pools.listener: max_runners_per_repo needs an organisation-scoped pool" in text
     assert "pools.single: max_runners_per_repo needs an organisation-scoped pool" in text
     assert "pools.matrix" not in text
+
+
+def test_a_canary_share_is_a_percentage() -> None:
+    config = parse_config(document(pools={"small": pool(rollout={"canary": "10%", "canary_jobs": 2})}))
+    assert (config.pools["small"].rollout.canary, config.pools["small"].rollout.canary_jobs) == (0.1, 2)
+    assert parse_config(document()).pools["small"].rollout.canary is None, "no canary unless asked"
+
+
+@pytest.mark.parametrize(
+    ("share", "says"),
+    [
+        (0.1, "as a percentage, such as '10%'"),
+        ("ten%", "is not a percentage"),
+        ("0%", "more than 0%"),
+        ("150%", "at most 100%"),
+    ],
+)
+def test_a_canary_share_that_is_not_one_is_refused_naming_the_key(share: object, says: str) -> None:
+    (problem,) = problems_of(document(pools={"small": pool(rollout={"canary": share})}))
+    assert problem.startswith("pools.small.rollout.canary: ") and says in problem, problem

@@ -15,10 +15,12 @@ from corral.cloud.images import ImageFilter
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import ServerSpec
 from corral.config import ConfigError, parse_config
+from corral.engine.rollouts import Rollouts
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.model import Reason, Runner, RunnerState
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
+from tests.test_config import document, pool
 from tests.waiting import wait_until
 
 ORG = "octo-org"
@@ -203,6 +205,78 @@ def test_a_new_image_whose_runners_fail_to_boot_is_rolled_back_and_the_pool_keep
     wait_until(warm_again, timeout=60, what="four warm runners on the old image, the job's runner replaced")
     on_broken = [runner for runner in corral.runners(pool="linux") if runner.image_id == broken]
     assert len(on_broken) == rolled["failed"], "no runner was started on the broken image after the rollback"
+
+
+def test_a_canary_image_gets_its_share_of_new_runners_and_is_promoted_once_its_jobs_succeed(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
+) -> None:
+    """With `rollout.canary: 25%`, a new upload first gets one in four of the pool's new runners and no idle
+    runner is replaced, also across a restart; after three jobs succeeded on it, it is promoted and the warm
+    runners move to it."""
+    rollout = {"max_surge": 2, "canary": "25%", "canary_jobs": 3}
+    pools = {"linux": image_pool(min_idle=4, max_runners=10, rollout=rollout)}
+    document = corral_config(sandbox.info, database_url, pools, tuning={"pool_recheck": "1s"})
+    corral = start_corral(document=document)
+    old = seeded_image(sandbox, "ubuntu-24.04-runner")
+    wait_until(lambda: idle_images(corral) == [old] * 4, timeout=60, what="four warm runners on the seeded image")
+    before = {runner.id for runner in corral.runners(pool="linux")}
+    new = upload(sandbox, "ubuntu-24.04-runner-canary", {"os_distro": "ubuntu"}, ["runner"])
+
+    def rollout_view() -> dict[str, Any] | None:
+        with corral.api() as api:
+            view: dict[str, Any] | None = pools_by_name(api)["linux"]["rollout"]
+            return view
+
+    wait_until(lambda: (view := rollout_view()) is not None and view["phase"] == "canary", what="a canary")
+    jobs = [{"at": i * 1.0, "repo": f"{ORG}/app", "labels": ["linux"], "duration": 0.5} for i in range(40)]
+    control.post("/trace", json={"jobs": jobs}).raise_for_status()
+
+    def replaced_for_the_image() -> list[Runner]:
+        return [
+            runner
+            for runner in corral.runners(pool="linux")
+            if any(event.reason is Reason.IMAGE_ROLLOUT for event in corral.events(runner.id))
+        ]
+
+    def mid_canary() -> tuple[list[Runner], list[Runner]] | None:
+        """What was replaced and started while the canary had one or two of its three jobs behind it."""
+        replaced, started = replaced_for_the_image(), [r for r in corral.runners(pool="linux") if r.id not in before]
+        view = rollout_view()
+        ready = view is not None and view["phase"] == "canary" and 1 <= view["jobs_succeeded"] < 3
+        return (replaced, started) if ready else None
+
+    replaced, started = wait_until(mid_canary, timeout=60, what="a canary with jobs succeeded on it")
+    assert replaced == [], "no idle runner is replaced while the new image is a canary"
+    made = [runner.image_id for runner in started if runner.image_id is not None]
+    canaries = made.count(new)
+    assert 1 <= canaries <= len(made) / 4 + 1, f"{canaries} of {len(made)} new runners on the canary image"
+    assert set(made) <= {old, new}
+
+    # A restart carries the canary on: the new image is not taken for the one in service.
+    canaries_before = (rollout_view() or {}).get("canaries", 0)
+    corral.stop()
+    corral = start_corral(document=document)
+    view = wait_until(lambda: (view := rollout_view()) is not None and view, timeout=20, what="the rollout carried on")
+    assert view["phase"] == "canary" and view["canaries"] >= canaries_before, view
+    assert replaced_for_the_image() == [], "no idle runner is replaced while the new image is a canary"
+
+    wait_until(lambda: rollout_view() is None, timeout=60, what="the canary promoted and in service")
+    with corral.api() as api:
+        metrics = api.get("/metrics").text
+    assert re.search(r'^corral_image_promotions_total\{pool="linux"\} 1\.0$', metrics, re.MULTILINE), "counted"
+    wait_until(lambda: idle_images(corral) == [new] * 4, timeout=120, what="the warm runners on the promoted image")
+
+
+def test_a_canary_gets_its_share_of_new_runners_from_the_first_one_on() -> None:
+    """10%: the first new runner is a canary at once (a canary that waited for ten creates would prove
+    nothing on a quiet pool), then one in ten."""
+    config = parse_config(document(pools={"small": pool(rollout={"canary": "10%"})}))
+    rollouts = Rollouts(lambda: config)
+    assert rollouts.image("small", "old-image") == "old-image"
+    assert rollouts.image("small", "new-image") == "old-image", "a canary is not the image in service"
+    images = [rollouts.image_for_new_runner("small") for _ in range(30)]
+    assert [i for i, image in enumerate(images) if image == "new-image"] == [0, 10, 20]
+    assert set(images) == {"old-image", "new-image"}
 
 
 def pools_by_name(api: httpx.Client) -> dict[str, dict[str, Any]]:

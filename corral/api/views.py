@@ -29,6 +29,15 @@ class RolloutView(BaseModel):
     """...and that failed to (their server went to ERROR, vanished, or never registered)."""
     rolled_back: bool
     """Too many failed: new runners get `from_image` until the pool's image changes again."""
+    phase: str
+    """`canary` (a share of new runners on `to_image` until jobs succeed on it), `rolling` (every new runner
+    on it, idle runners on `from_image` replaced) or `rolled_back`."""
+    canaries: int
+    """New runners given `to_image` while it was a canary."""
+    jobs_succeeded: int
+    """Jobs that succeeded on `to_image` since the rollout began, as last counted for its canary..."""
+    canary_jobs: int | None
+    """...and how many promote it (None: the pool has no canary)."""
 
 
 class PoolView(BaseModel):
@@ -83,7 +92,7 @@ class PoolView(BaseModel):
     """...and how often it recovered (a token renewed, a session opened anew, a scale set created again)."""
 
 
-def rollout_view(engine: Engine, name: str) -> RolloutView | None:
+def rollout_view(config: CorralConfig, engine: Engine, name: str) -> RolloutView | None:
     rollout = engine.rollouts.rollout(name) if engine.leases.holds(name) else None
     if rollout is None:
         return None
@@ -93,6 +102,10 @@ def rollout_view(engine: Engine, name: str) -> RolloutView | None:
         online=rollout.online,
         failed=rollout.failed,
         rolled_back=rollout.rolled_back,
+        phase=rollout.phase,
+        canaries=rollout.canaries,
+        jobs_succeeded=rollout.succeeded,
+        canary_jobs=pool.rollout.canary_jobs if (pool := config.pools.get(name)) and pool.rollout.canary else None,
     )
 
 
@@ -163,7 +176,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 quota_short=list(snapshot.quota_short),
                 job_messages=job_messages,
                 recoveries=recoveries,
-                rollout=rollout_view(engine, name),
+                rollout=rollout_view(config, engine, name),
             )
         )
     return views

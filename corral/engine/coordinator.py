@@ -145,7 +145,7 @@ class Engine:
             max_concurrent_creates=config.cloud.max_concurrent_creates,
             jit_concurrency=config.tuning.jit_concurrency,
             scale_set_jit=self.scalesets.jit_config,
-            pinned_image=self.rollouts.pinned,
+            image_for=self.rollouts.image_for_new_runner,
             clouds_of=lambda pool: self.config.clouds_of(pool),
             cloud_of=lambda recorded: self.config.cloud_of(recorded),
             ready_clouds=self._ready_clouds,
@@ -178,8 +178,8 @@ class Engine:
             quotas=lambda name: self.quotas[name],
             placement_ready=lambda key: self.checker.readiness(key)[0],
             server_cost=self.checker.cost,
-            image_of=lambda pool: self.rollouts.image(pool, self.checker.image_id(pool)),
-            rolled_back=lambda pool: self.rollouts.pinned(pool) is not None,
+            rollouts=self.rollouts,
+            checked_image=self.checker.image_id,
             others=self._held_elsewhere,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
@@ -254,6 +254,7 @@ class Engine:
                 statuses = await self.store.run(pools.statuses)
                 self.drained = pools.drained(statuses)
                 self.creator.pauses.restore(statuses, self.leases.holds)
+                self.rollouts.restore(statuses, self.leases.holds)
                 await self._sync_workers()
                 await self._lease_tick()
                 return
@@ -353,6 +354,7 @@ class Engine:
             statuses = await self.store.run(pools.statuses)
             self.drained = pools.drained(statuses)
             self.creator.pauses.restore(statuses, gained.__contains__)
+            self.rollouts.restore(statuses, gained.__contains__)
         await self._sync_workers()
         for pool in gained:
             self.workers.wake(pool)

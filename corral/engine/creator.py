@@ -104,7 +104,7 @@ class Creator:
         max_concurrent_creates: int,
         jit_concurrency: int,
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
-        pinned_image: Callable[[str], str | None] = lambda _: None,
+        image_for: Callable[[str], str | None] = lambda _: None,
         clouds_of: Callable[[str], list[str]] = lambda _: [],
         cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
         ready_clouds: Callable[[str], set[str]] | None = None,
@@ -122,8 +122,9 @@ class Creator:
         self._cloud_slots = asyncio.Semaphore(max_concurrent_creates)
         self._jit_slots = asyncio.Semaphore(jit_concurrency)
         self._scale_set_jit = scale_set_jit
-        self._pinned_image = pinned_image
-        """The image id a pool's runners must be created from instead of its `image` (rolled back), if any."""
+        self._image_for = image_for
+        """The image id a pool's next runner must be created from instead of what its `image` names, if any
+        (rolled back, or a canary's share: `engine.rollouts`)."""
         self._clouds_of = clouds_of
         """The clouds of a pool's placements, in order."""
         self._cloud_of_recorded = cloud_of
@@ -232,7 +233,7 @@ class Creator:
         except UserDataError as exc:
             await self.fail(creating, Failure(Reason.USER_DATA_INVALID, str(exc)))
             return
-        pinned = self._pinned_image(runner.pool) if placement.index == 0 else None
+        pinned = self._image_for(runner.pool) if placement.index == 0 else None
         spec = server_spec(config, runner.pool, creating, user_data, image=pinned, placement=placement)
         try:
             server = await self._create_server(spec)

@@ -10,19 +10,31 @@ the pool's image changes again (the next upload, or an edit), which starts a new
 service. At or below that rate, the new image is in service and the rollout is over (later failures are the
 pool's ordinary backoff's business).
 
-Kept in memory by the pool's holder: after a restart or a lease move, the next check begins afresh, from the
-image the check finds (the runners' recorded images still say which are outdated).
+With `rollout.canary` (a share such as 10%), a rollout begins as a canary: only that share of the pool's new
+runners get the new image, the rest get the image in service, and no idle runner is replaced. Once
+`rollout.canary_jobs` jobs succeeded on runners of the new image (and its boots have not rolled it back), the
+image is promoted: the rollout goes on as one without a canary. Until then the canary can only be rolled back,
+by its boots, like any rollout.
+
+The pool's holder keeps it in memory and saves it in the pool's status row, with the image the last check
+resolved to, after each pass that changed it (`save`); a restart, or a replica taking the pool over, carries
+on from there (`restore`): a canary stays a canary, a rollback stays rolled back, and an image that changed
+while no one held the pool starts a rollout from the image in service before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
 
+from corral.clock import utcnow
 from corral.config import CorralConfig
-from corral.metrics import IMAGE_ROLLBACKS
-from corral.model import Runner
+from corral.metrics import IMAGE_PROMOTIONS, IMAGE_ROLLBACKS
+from corral.model import PoolStatus, Runner
+from corral.store import Store, pools
 
 logger = logging.getLogger("corral.engine")
 
@@ -38,11 +50,44 @@ class Rollout:
     failed: int = 0
     """Runners on the new image whose server never became a runner."""
     rolled_back: bool = False
+    canary: bool = False
+    """Only a share of new runners get the new image, until enough jobs succeed on it."""
+    started_at: datetime = field(default_factory=utcnow)
+    """When it began: jobs that succeeded on the new image since then promote a canary."""
+    canaries: int = 0
+    """New runners given the new image while it was a canary..."""
+    kept: int = 0
+    """...and given the image in service."""
+    succeeded: int = 0
+    """Jobs that succeeded on the new image since the rollout began (counted for canaries)."""
 
     @property
     def failure_rate(self) -> float:
         judged = self.online + self.failed
         return self.failed / judged if judged else 0.0
+
+    def saved(self) -> dict[str, Any]:
+        """As kept in the pool's status row."""
+        fields = asdict(self)
+        fields["started_at"] = self.started_at.isoformat()
+        return fields
+
+    @classmethod
+    def of(cls, saved: dict[str, Any] | None) -> Rollout | None:
+        """From its status row (None: none saved, or not a rollout this corral can read)."""
+        if not saved:
+            return None
+        try:
+            return cls(**{**saved, "started_at": datetime.fromisoformat(saved["started_at"])})
+        except (TypeError, KeyError, ValueError):
+            return None
+
+    @property
+    def phase(self) -> str:
+        """`canary`, `rolling` (every new runner on the new image, idle ones replaced) or `rolled_back`."""
+        if self.rolled_back:
+            return "rolled_back"
+        return "canary" if self.canary else "rolling"
 
 
 class Rollouts:
@@ -51,22 +96,104 @@ class Rollouts:
         self._checked: dict[str, str] = {}
         """The image each pool's checks last resolved to."""
         self._rollouts: dict[str, Rollout] = {}
+        self._unsaved: set[str] = set()
+        """Pools whose checked image or rollout changed since they were last saved."""
 
     def image(self, pool: str, checked: str | None) -> str | None:
-        """The image the pool's new runners get, given the image its last check resolved to (None: not
-        checked yet); notes the start of a rollout when that changed."""
+        """The image in service for the pool's runners (idle runners on another are replaced, a canary's
+        aside), given the image its last check resolved to (None: not checked yet); notes the start of a
+        rollout when that changed."""
         if checked is None:
             return self.pinned(pool)
         previous = self._checked.get(pool)
-        self._checked[pool] = checked
+        if previous != checked:
+            self._checked[pool] = checked
+            self._unsaved.add(pool)
         if previous is not None and previous != checked:
             self._changed(pool, previous, checked)
         return self.pinned(pool) or checked
 
-    def pinned(self, pool: str) -> str | None:
-        """The image id new runners must be created from instead of what `image` names (rolled back)."""
+    def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
+        """Carry on the rollouts of the pools this replica has just taken, from their status rows (the truth:
+        another replica may have held the pool since this one last did)."""
+        for name, status in statuses.items():
+            if not taken(name):
+                continue
+            self._unsaved.discard(name)
+            self._checked.pop(name, None)
+            self._rollouts.pop(name, None)
+            if status.image_checked is not None:
+                self._checked[name] = status.image_checked
+            rollout = Rollout.of(status.rollout)
+            if rollout is not None:
+                self._rollouts[name] = rollout
+                logger.info("pool %s: carrying on its rollout to image %s (%s)", name, rollout.to_image, rollout.phase)
+
+    async def save(self, store: Store, pool: str) -> None:
+        """Write the pool's checked image and rollout to its status row, if either changed since."""
+        if pool not in self._unsaved:
+            return
         rollout = self._rollouts.get(pool)
-        return rollout.from_image if rollout is not None and rollout.rolled_back else None
+        self._unsaved.discard(pool)
+        try:
+            await store.run(pools.set_rollout, pool, self._checked.get(pool), rollout.saved() if rollout else None)
+        except BaseException:
+            self._unsaved.add(pool)  # the next pass writes it again
+            raise
+
+    def pinned(self, pool: str) -> str | None:
+        """The image id in service instead of what `image` names: the old one, while the new one is rolled
+        back or still a canary."""
+        rollout = self._rollouts.get(pool)
+        return rollout.from_image if rollout is not None and (rollout.rolled_back or rollout.canary) else None
+
+    def canary(self, pool: str) -> Rollout | None:
+        """The pool's rollout while its new image is a canary."""
+        rollout = self._rollouts.get(pool)
+        return rollout if rollout is not None and rollout.canary and not rollout.rolled_back else None
+
+    def image_for_new_runner(self, pool: str) -> str | None:
+        """The image id a runner about to be created gets instead of what `image` names (None: that one).
+        A canary's share of new runners get its new image, the first of them at once; the rest the old."""
+        rollout = self.canary(pool)
+        share = self._share(pool)
+        if rollout is None or share is None:
+            return self.pinned(pool)
+        self._unsaved.add(pool)
+        if rollout.canaries < share * (rollout.canaries + rollout.kept + 1):
+            rollout.canaries += 1
+            return rollout.to_image
+        rollout.kept += 1
+        return rollout.from_image
+
+    def jobs_succeeded(self, pool_name: str, succeeded: int) -> None:
+        """So many jobs succeeded on a canary's new image since its rollout began: enough promote it."""
+        rollout = self.canary(pool_name)
+        pool = self._config().pools.get(pool_name)
+        if rollout is None or pool is None:
+            return
+        if rollout.succeeded != succeeded:
+            rollout.succeeded = succeeded
+            self._unsaved.add(pool_name)
+        if succeeded < pool.rollout.canary_jobs:
+            return
+        rollout.canary = False
+        self._unsaved.add(pool_name)
+        IMAGE_PROMOTIONS.labels(pool_name).inc()
+        logger.info(
+            "pool %s: promoting image %s: %d jobs succeeded on its canaries (rollout.canary_jobs: %d); idle "
+            "runners on %s are now replaced",
+            pool_name,
+            rollout.to_image,
+            succeeded,
+            pool.rollout.canary_jobs,
+            rollout.from_image,
+        )
+        self._judge(pool_name, rollout)
+
+    def _share(self, pool_name: str) -> float | None:
+        pool = self._config().pools.get(pool_name)
+        return pool.rollout.canary if pool is not None else None
 
     def rollout(self, pool: str) -> Rollout | None:
         return self._rollouts.get(pool)
@@ -75,6 +202,7 @@ class Rollouts:
         rollout = self._rollouts.get(runner.pool)
         if rollout is not None and not rollout.rolled_back and runner.image_id == rollout.to_image:
             rollout.online += 1
+            self._unsaved.add(runner.pool)
             self._judge(runner.pool, rollout)
 
     def boot_failed(self, runner: Runner) -> None:
@@ -83,6 +211,7 @@ class Rollouts:
         if rollout is None or rollout.rolled_back or runner.image_id != rollout.to_image:
             return
         rollout.failed += 1
+        self._unsaved.add(runner.pool)
         self._judge(runner.pool, rollout)
 
     def _judge(self, pool_name: str, rollout: Rollout) -> None:
@@ -92,6 +221,8 @@ class Rollouts:
         if pool is None or judged < pool.rollout.min_boots:
             return
         if rollout.failure_rate <= pool.rollout.max_failure_rate:
+            if rollout.canary:
+                return  # its boots are fine; its jobs promote it
             del self._rollouts[pool_name]
             logger.info(
                 "pool %s: image %s is in service: %d of %d runners on it came online",
@@ -123,6 +254,17 @@ class Rollouts:
             logger.info("pool %s: image %s again; the rollout to %s is over", pool, checked, rollout.to_image)
             return
         # A rolled-back rollout's new image was never in service: the next one starts from the old image.
-        start = rollout.from_image if rollout is not None and rollout.rolled_back else previous
-        self._rollouts[pool] = Rollout(from_image=start, to_image=checked)
-        logger.info("pool %s: rolling out image %s (was %s)", pool, checked, start)
+        start = rollout.from_image if rollout is not None and (rollout.rolled_back or rollout.canary) else previous
+        share = self._share(pool)
+        self._rollouts[pool] = Rollout(from_image=start, to_image=checked, canary=share is not None)
+        if share is None:
+            logger.info("pool %s: rolling out image %s (was %s)", pool, checked, start)
+        else:
+            logger.info(
+                "pool %s: image %s is a canary: %.0f%% of new runners get it until %d jobs succeed on it (was %s)",
+                pool,
+                checked,
+                share * 100,
+                self._config().pools[pool].rollout.canary_jobs,
+                start,
+            )

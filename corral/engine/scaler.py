@@ -24,6 +24,7 @@ from corral.engine.backoff import LogOnce
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
 from corral.engine.quota import QuotaBudget, SharedRoom
+from corral.engine.rollouts import Rollouts
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
@@ -105,8 +106,8 @@ class Scaler:
         quotas: Callable[[str], QuotaBudget] | None = None,
         placement_ready: Callable[[str], bool] = lambda _: True,
         server_cost: Callable[[str], ServerCost | None] = lambda _: None,
-        image_of: Callable[[str], str | None] = lambda _: None,
-        rolled_back: Callable[[str], bool] = lambda _: False,
+        rollouts: Rollouts | None = None,
+        checked_image: Callable[[str], str | None] = lambda _: None,
         others: Callable[[str], Collection[str]] = lambda _: (),
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -131,12 +132,12 @@ class Scaler:
         self._placement_ready = placement_ready
         """Whether a placement (by `Placement.key`) passed its check against its cloud."""
         self._server_cost = server_cost
-        self._image_of = image_of
-        """The image a pool's new runners get, as last checked: idle runners on another are replaced."""
-        self._rolled_back = rolled_back
+        self._rollouts = rollouts or Rollouts(config)
+        """Which image is in service per pool (idle runners on another are replaced), and its canaries."""
+        self._checked_image = checked_image
+        """The image a pool's `image` resolved to at its last check."""
         self._others = others
         """The pools other replicas hold (none on SQLite): their creates share the project's quota."""
-        """Whether a pool rolled back from a new image (its replacements then say so)."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
 
@@ -186,8 +187,14 @@ class Scaler:
         warm = pool.min_idle_at(self.clock())
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
-        image = self._image_of(name)
-        outdated = self._outdated(name, current, image)
+        image = self._rollouts.image(name, self._checked_image(name))
+        canary = self._rollouts.canary(name)
+        if canary is not None:
+            succeeded = await self.store.run(runners.jobs_succeeded_on, name, canary.to_image, canary.started_at)
+            self._rollouts.jobs_succeeded(name, succeeded)
+            image = self._rollouts.image(name, self._checked_image(name))
+            canary = self._rollouts.canary(name)
+        outdated = self._outdated(name, current, image, canary.to_image if canary else None)
         # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
         in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
         surplus_idle = max(plan.surplus_idle - in_retirement, 0)
@@ -253,6 +260,7 @@ class Scaler:
             quota_waiting=sum(self._quota_of(cloud).waiting(name) for cloud in set(clouds)),
         )
         await self.status.publish(snapshot, self._generation())
+        await self._rollouts.save(self.store, name)
         if warm.next_change is not None:
             # Look again when the schedule changes what the pool keeps warm, not a period later.
             change_in = max((warm.next_change - self.clock()).total_seconds(), 0.1)
@@ -301,11 +309,12 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
-    def _outdated(self, name: str, current: list[Runner], image: str | None) -> list[Runner]:
+    def _outdated(self, name: str, current: list[Runner], image: str | None, canary: str | None) -> list[Runner]:
         """The pool's idle runners to replace: those in a cloud that is no longer one of its placements (a
         reload moved the pool, or removed the cloud), and those in its first placement's cloud on an image
-        other than `image`, the one its new runners there get (a runner whose image is not recorded is left
-        alone; so are runners another placement took while the first could not: few, each gone with its job)."""
+        other than `image`, the one in service there, or `canary`, a new image some new runners get to prove
+        it (a runner whose image is not recorded is left alone; so are runners another placement took while
+        the first could not: few, each gone with its job)."""
         first = self._config().clouds_of(name)[0]
         return [
             runner
@@ -318,7 +327,7 @@ class Scaler:
                     self._config().cloud_of(runner.cloud) == first
                     and image is not None
                     and runner.image_id is not None
-                    and runner.image_id != image
+                    and runner.image_id not in (image, canary)
                 )
             )
         ]
@@ -328,11 +337,16 @@ class Scaler:
         config = self._config()
         return config.cloud_of(runner.cloud) not in config.clouds_of(name)
 
+    def _rolling_back(self, name: str) -> bool:
+        """Whether the pool rolled back from a new image (its replacements then say so)."""
+        rollout = self._rollouts.rollout(name)
+        return rollout is not None and rollout.rolled_back
+
     def _why_replaced(self, name: str, outdated: Sequence[Runner]) -> Reason:
         """What replacing these runners is called: a placement change when it is only that, else the image's."""
         if all(self._misplaced(name, runner) for runner in outdated):
             return Reason.PLACEMENT_CHANGED
-        return Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
+        return Reason.IMAGE_ROLLBACK if self._rolling_back(name) else Reason.IMAGE_ROLLOUT
 
     def _replacements(
         self, name: str, current: list[Runner], outdated: list[Runner], min_idle: int, retiring: int
@@ -589,7 +603,7 @@ class Scaler:
         if outdated and not drained:
             retiring = list(outdated[:surplus])
             misplaced = [runner for runner in retiring if self._misplaced(name, runner)]
-            image = Reason.IMAGE_ROLLBACK if self._rolled_back(name) else Reason.IMAGE_ROLLOUT
+            image = Reason.IMAGE_ROLLBACK if self._rolling_back(name) else Reason.IMAGE_ROLLOUT
             self.retire(
                 misplaced, [RunnerState.IDLE], Reason.PLACEMENT_CHANGED, "its cloud is no longer one of the pool's"
             )

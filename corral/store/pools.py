@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
@@ -27,6 +28,8 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.server_cost,
         POOLS.c.quota_waiting,
         POOLS.c.quota_waiting_at,
+        POOLS.c.image_checked,
+        POOLS.c.rollout,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -69,6 +72,11 @@ def set_server_cost(connection: Connection, name: str, server_cost: dict[str, in
     sharing the project count those runners at this cost, and a runner whose cost they cannot read yet would
     count as a bare instance."""
     _upsert(connection, name, server_cost=server_cost)
+
+
+def set_rollout(connection: Connection, name: str, image_checked: str | None, rollout: dict[str, Any] | None) -> None:
+    """The image the pool's last check resolved to, and its rollout (None: none under way)."""
+    _upsert(connection, name, image_checked=image_checked, rollout=rollout)
 
 
 def release_session(connection: Connection, name: str, session: str) -> None:

@@ -438,6 +438,21 @@ def counts(connection: Connection) -> Counter[tuple[str, RunnerState]]:
     return Counter({(pool, RunnerState(state)): count for pool, state, count in connection.execute(query)})
 
 
+def jobs_succeeded_on(connection: Connection, pool: str, image_id: str, since: datetime) -> int:
+    """Jobs that succeeded on the pool's runners made from `image_id` since `since` (what promotes a canary)."""
+    query = (
+        select(func.count())
+        .select_from(JOBS.join(RUNNERS, JOBS.c.runner_name == RUNNERS.c.name))
+        .where(
+            RUNNERS.c.pool == pool,
+            RUNNERS.c.image_id == image_id,
+            RUNNERS.c.created_at >= since,
+            JOBS.c.conclusion == "success",
+        )
+    )
+    return int(connection.execute(query).scalar_one())
+
+
 def live_pools(connection: Connection) -> set[str]:
     """Pools that still have runners not yet deleted (including pools removed from the config)."""
     query = select(RUNNERS.c.pool).where(RUNNERS.c.state.in_(LIVE)).distinct()

@@ -202,6 +202,12 @@ class PoolStatus(Base):
     from pools of lower priority."""
     quota_waiting_at: Mapped[datetime | None]
     """When the holder last said so: a wait not renewed within `MAX_WAITING_S` has lapsed."""
+    image_checked: Mapped[str | None] = mapped_column(String(64))
+    """The image id the pool's `image` resolved to at its holder's last check: a new holder that finds
+    another knows the image changed while the pool moved (a rollout begins)."""
+    rollout: Mapped[dict[str, Any] | None]
+    """The pool's image rollout under way or rolled back (`engine.rollouts.Rollout`), as its holder last
+    saved it: a restart or a new holder carries it on (a canary stays one, a rollback stays rolled back)."""
     updated_at: Mapped[datetime]
 
 

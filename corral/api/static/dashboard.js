@@ -208,6 +208,7 @@
           pool.quota_short && pool.quota_short.length
             ? ` · waiting for quota (${pool.quota_short.join(", ")})`
             : "",
+          rolloutText(pool.rollout),
           pool.intake === "scale_set"
             ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
                 (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`)
@@ -216,6 +217,17 @@
       );
     });
     $("pools").replaceChildren(...cards);
+  }
+
+  /** A pool's image rollout in a few words: which image, and how far it got (ids shortened). */
+  function rolloutText(rollout) {
+    if (!rollout) return "";
+    const to = rollout.to_image.slice(0, 8);
+    if (rollout.phase === "rolled_back") return ` · image ${to} rolled back (${rollout.failed} failed to boot)`;
+    if (rollout.phase === "canary") {
+      return ` · canary image ${to}: ${rollout.jobs_succeeded} of ${rollout.canary_jobs} jobs succeeded`;
+    }
+    return ` · rolling out image ${to} (${rollout.online} online, ${rollout.failed} failed)`;
   }
 
   function renderRunners(counts, runners) {
