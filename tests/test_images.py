@@ -256,7 +256,7 @@ def test_a_canary_image_gets_its_share_of_new_runners_and_is_promoted_once_its_j
     canaries_before = (rollout_view() or {}).get("canaries", 0)
     corral.stop()
     corral = start_corral(document=document)
-    view = wait_until(lambda: (view := rollout_view()) is not None and view, timeout=20, what="the rollout carried on")
+    view = wait_until(rollout_view, timeout=20, what="the rollout carried on")
     assert view["phase"] == "canary" and view["canaries"] >= canaries_before, view
     assert replaced_for_the_image() == [], "no idle runner is replaced while the new image is a canary"
 
