@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -61,9 +62,10 @@ LEASE_ACQUISITIONS = Counter(
 )
 QUOTA_HEADROOM = Gauge(
     "corral_quota_headroom",
-    "What the project may still create, per resource (instances, cores, ram_mb, volumes, gigabytes), as of the "
-    "last look; a resource without a limit, or limits that could not be read, has no sample",
-    ["resource"],
+    "What the project may still create in each cloud, per resource (instances, cores, ram_mb, volumes, "
+    "gigabytes, ports), as of the last look; a resource without a limit, or limits that could not be read, has "
+    "no sample",
+    ["cloud", "resource"],
     registry=REGISTRY,
 )
 
@@ -88,15 +90,27 @@ QUOTA_DEFERRALS = Counter(
 )
 
 
-def publish_headroom(headroom: Headroom | None) -> None:
-    """Set the headroom gauge to the last reading: unlimited resources (or an unread quota) have no sample."""
-    limited = headroom.limited() if headroom is not None else {}
-    for field in fields(Headroom):
-        if field.name in limited:
-            QUOTA_HEADROOM.labels(field.name).set(limited[field.name])
-        else:
+_HEADROOM_CLOUDS: set[str] = set()
+"""The clouds the headroom gauge has samples of."""
+
+
+def publish_headroom(headrooms: Mapping[str, Headroom | None]) -> None:
+    """Set the headroom gauge to the last reading of each cloud: unlimited resources (or an unread quota) have
+    no sample, nor have clouds no longer read (removed from the configuration)."""
+    for cloud in _HEADROOM_CLOUDS - set(headrooms):
+        for field in fields(Headroom):
             with contextlib.suppress(KeyError):
-                QUOTA_HEADROOM.remove(field.name)
+                QUOTA_HEADROOM.remove(cloud, field.name)
+    _HEADROOM_CLOUDS.clear()
+    _HEADROOM_CLOUDS.update(headrooms)
+    for cloud, headroom in headrooms.items():
+        limited = headroom.limited() if headroom is not None else {}
+        for field in fields(Headroom):
+            if field.name in limited:
+                QUOTA_HEADROOM.labels(cloud, field.name).set(limited[field.name])
+            else:
+                with contextlib.suppress(KeyError):
+                    QUOTA_HEADROOM.remove(cloud, field.name)
 
 
 ORPHANS_DELETED = Counter(

@@ -16,6 +16,7 @@ from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, ServerSpec
 from corral.config import parse_config
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral.metrics import REGISTRY
 from corral.sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_config import document, pool, problems_of
@@ -89,6 +90,14 @@ def test_a_full_first_cloud_spills_a_hundred_jobs_over_to_the_second_and_takes_t
     assert (servers_made(control, "one"), servers_made(control, "two")) == (0, 100), "all from the second cloud"
     assert [m for m in runner_failures(corral) if "quota" in m.lower()] == [], "no create was sent to a full cloud"
     assert clouds_of_runners(corral) == {"west": 100}
+    headroom = {
+        cloud: REGISTRY.get_sample_value("corral_quota_headroom", {"cloud": cloud, "resource": "instances"})
+        for cloud in ("east", "west")
+    }
+    assert headroom == {"east": 0, "west": None}, "each cloud's headroom is a metric (the second's is unlimited)"
+    with corral.api() as api:
+        summary = api.get("/api/v1/summary").json()
+    assert summary["quota_headroom_by_cloud"] == {"east": {"instances": 0}, "west": {}}, "and on the dashboard"
 
     control.put("/quota", params={"cloud": "one"}, json={"instances": 30}).raise_for_status()
     wait_until(lambda: east_fits(corral) == 30, timeout=30, what="corral reading the first cloud's new quota")

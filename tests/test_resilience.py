@@ -144,9 +144,11 @@ def test_the_quota_headroom_is_shown_per_pool_and_as_a_metric(
     converge(corral, lambda: online_per_pool(sandbox) == {"small": 2}, "two warm runners")
     view = converge(corral, lambda: (found := pools_view(corral)["small"])["quota_fits"] is not None and found, "fits")
     assert (view["quota_fits"], view["quota_limited_by"]) == (7, ["cores"])
-    assert REGISTRY.get_sample_value("corral_quota_headroom", {"resource": "cores"}) == cores
-    assert REGISTRY.get_sample_value("corral_quota_headroom", {"resource": "instances"}) == 18
-    assert REGISTRY.get_sample_value("corral_quota_headroom", {"resource": "volumes"}) is None, "not asked"
+    assert REGISTRY.get_sample_value("corral_quota_headroom", {"cloud": "default", "resource": "cores"}) == cores
+    assert REGISTRY.get_sample_value("corral_quota_headroom", {"cloud": "default", "resource": "instances"}) == 18
+    assert REGISTRY.get_sample_value("corral_quota_headroom", {"cloud": "default", "resource": "volumes"}) is None, (
+        "not asked"
+    )
 
 
 def test_a_revoked_installation_token_is_replaced(sandbox: Sandbox, control: httpx.Client, tmp_path: Path) -> None:

@@ -73,8 +73,11 @@ class Summary(BaseModel):
     """Jobs corral knows of, by status."""
     wait: WaitStats
     quota_headroom: dict[str, int] = {}
-    """What the project's quota has left, per limited resource, as of the last look (empty: unlimited or
-    not read yet): the same reading as `corral_quota_headroom`."""
+    """What the project's quota has left in the first cloud, per limited resource, as of the last look
+    (empty: unlimited or not read yet): the same reading as `corral_quota_headroom`..."""
+    quota_headroom_by_cloud: dict[str, dict[str, int]] = {}
+    """...and in every cloud, by its name in `clouds` (a cloud whose quota is unlimited or unread maps to
+    an empty map)."""
 
 
 class FailureView(BaseModel):
@@ -147,6 +150,10 @@ def build_dashboard_router(service: Service) -> APIRouter:
             jobs=await service.store.run(jobs.counts),
             wait=wait_stats(waits),
             quota_headroom=latest.headroom.limited() if latest is not None and latest.headroom else {},
+            quota_headroom_by_cloud={
+                cloud: headroom.limited() if headroom else {}
+                for cloud, headroom in (latest.headrooms.items() if latest is not None else ())
+            },
         )
 
     @api.get("/failures")

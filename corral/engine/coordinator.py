@@ -519,7 +519,7 @@ class Engine:
         self.workers.wake_all()
         await self._delete_orphan_registrations(observation)
         await self._forget_empty_clouds(observation)
-        publish_headroom(observation.headroom)
+        publish_headroom(observation.headrooms)
         if observation.servers is None:
             return
         live = await self.store.run(runners.live_ids, list(observation.servers))

@@ -140,16 +140,23 @@
       el("b", {}, jobs.in_progress || 0), " running, ",
       el("b", {}, jobs.completed || 0), " completed jobs · config generation ",
       el("b", {}, summary.generation),
-      ...quotaLeft(summary.quota_headroom || {}),
+      ...quotaLeft(summary.quota_headroom_by_cloud || {}),
     );
   }
 
-  // The project's quota headroom per limited resource, as corral last read it.
-  function quotaLeft(headroom) {
-    const names = Object.keys(headroom).sort();
-    if (!names.length) return [];
-    const parts = [" · quota left: "];
-    names.forEach((name, i) => parts.push(el("b", {}, headroom[name]), ` ${name.replace("_mb", " MiB")}${i < names.length - 1 ? ", " : ""}`));
+  // Each cloud's quota headroom per limited resource, as corral last read it (named when there are several).
+  function quotaLeft(byCloud) {
+    const clouds = Object.keys(byCloud).sort();
+    const parts = [];
+    clouds.forEach((cloud) => {
+      const headroom = byCloud[cloud];
+      const names = Object.keys(headroom).sort();
+      if (!names.length) return;
+      parts.push(clouds.length > 1 ? ` · quota left in ${cloud}: ` : " · quota left: ");
+      names.forEach((name, i) =>
+        parts.push(el("b", {}, headroom[name]), ` ${name.replace("_mb", " MiB")}${i < names.length - 1 ? ", " : ""}`),
+      );
+    });
     return parts;
   }
 
