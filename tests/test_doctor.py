@@ -177,6 +177,31 @@ def test_quota_too_low_fails_and_a_partial_fit_warns(setup: Setup, control: http
     assert "max_runners to 3" in check["fix"]
 
 
+def test_each_cloud_is_checked_with_the_placements_it_serves(setup: Setup, control: httpx.Client) -> None:
+    """A pool placed in two clouds: each cloud has its own section, and a placement's own flavor that the
+    second cloud lacks is named there, with the placement's key; the first cloud passes."""
+    control.put("/quota", params={"cloud": "two"}, json={"instances": 0}).raise_for_status()
+    del setup.document["cloud"]
+    info = setup.sandbox.info
+    setup.document["clouds"] = {"east": {"cloud": info.cloud_name}, "west": {"cloud": info.second_cloud_name}}
+    placements = [{"cloud": "east"}, {"cloud": "west", "flavor": "m1.nowhere"}]
+    setup.document["pools"] = {"small": pool_spec(["small"], placements=placements)}
+    code, report = setup.json()
+    assert code == 1
+    assert set(failures(report)) == {"pool small@1: flavor"}, failures(report)
+    flavor = item(report, "pool small@1: flavor")
+    assert flavor["section"] == "cloud west" and "pools.small.placements.1.flavor" in flavor["fix"]
+    assert item(report, "pool small: flavor")["section"] == "cloud east"
+    assert item(report, "pool small@1: image")["status"] == "pass", "the pool's image, found in the second cloud"
+    sections = {check["section"] for check in report["checks"]}
+    assert sections == {"cloud east", "cloud west", "github", "database"}
+
+    placements[1]["flavor"] = "m1.small"
+    code, report = setup.json()
+    assert code == 1 and set(failures(report)) == {"pool small@1: quota"}, "the second cloud's own quota is read"
+    assert item(report, "pool small: quota")["status"] == "pass"
+
+
 def test_a_missing_permission_names_it_and_where_to_grant_it(setup: Setup, control: httpx.Client) -> None:
     control.put(
         "/installations/octo-org", json={"permissions": {"actions": "read", "metadata": "read"}}

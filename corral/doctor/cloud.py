@@ -1,4 +1,5 @@
-"""The cloud half of `corral doctor`: Keystone, the catalog, and every name each pool uses, with quota.
+"""The cloud half of `corral doctor`: Keystone, the catalog, and every name each pool uses, with quota;
+once per cloud of `clouds`, each pool checked in the clouds its placements name, with their settings.
 
 Each pool's image, flavor, networks, security groups, key pair, availability zone and volume types are
 looked up one by one, so the report names the one that is wrong, and the quota headroom (Nova's and, for
@@ -23,7 +24,7 @@ from corral.cloud.images import describe as describe_image
 from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
 from corral.cloud.quota import Headroom, fit, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
-from corral.config import CorralConfig, PoolConfig, VolumeConfig
+from corral.config import CloudConfig, CorralConfig, Placement, PoolConfig, VolumeConfig
 from corral.doctor.report import Section
 
 NEEDED_SERVICES = ("compute", "image", "network")
@@ -35,11 +36,28 @@ class Abort(Exception):
 
 
 class CloudDoctor:
-    def __init__(self, config: CorralConfig, section: Section, call_timeout_s: float) -> None:
+    def __init__(self, config: CorralConfig, section: Section, call_timeout_s: float, cloud: str) -> None:
+        """`cloud`: the name in `clouds` of the cloud to check (`DEFAULT_CLOUD` for the single `cloud`)."""
         self.config = config
         self.section = section
         self.timeout_s = call_timeout_s
+        self.cloud = cloud
+        self.settings: CloudConfig = config.cloud_settings()[cloud]
+        self.several = len(config.cloud_settings()) > 1
         self.connection: openstack.connection.Connection | None = None
+
+    def _cloud_key(self, field: str) -> str:
+        """Where the cloud's `field` is set in the configuration."""
+        return f"clouds.{self.cloud}.{field}" if self.config.clouds else f"cloud.{field}"
+
+    def _placements(self) -> list[tuple[str, PoolConfig, Placement]]:
+        """Each pool's placements in this cloud."""
+        return [
+            (name, pool, placement)
+            for name, pool in self.config.pools.items()
+            for placement in self.config.placements(name)
+            if placement.cloud == self.cloud
+        ]
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -63,22 +81,23 @@ class CloudDoctor:
             access = self._authenticate()
             self._catalog(access)
         except Abort as abort:
-            for name in self.config.pools:
-                self.section.skipped(f"pool {name}", str(abort))
+            for name, _, placement in self._placements():
+                self.section.skipped(f"pool {placement.key(name)}", str(abort))
             return
         headroom = self._headroom()
-        for name, pool in self.config.pools.items():
-            self._pool(name, pool, headroom)
+        for name, pool, placement in self._placements():
+            self._pool(name, pool, placement, headroom)
 
     def _connect(self) -> None:
-        which = f"clouds.yaml entry {self.config.cloud.name!r}" if self.config.cloud.name else "the OS_* variables"
+        which = f"clouds.yaml entry {self.settings.name!r}" if self.settings.name else "the OS_* variables"
+        key = self._cloud_key("cloud" if self.config.clouds else "name")
         try:
-            self.connection = openstack.connect(cloud=self.config.cloud.name, region_name=self.config.cloud.region)
+            self.connection = openstack.connect(cloud=self.settings.name, region_name=self.settings.region)
         except Exception as exc:
             self.section.failed(
                 "cloud configuration",
                 f"openstacksdk cannot use {which}: {type(exc).__name__}: {exc}",
-                "fix cloud.name (an entry of clouds.yaml, found through OS_CLIENT_CONFIG_FILE or the usual places) "
+                f"fix {key} (an entry of clouds.yaml, found through OS_CLIENT_CONFIG_FILE or the usual places) "
                 "or set the OS_* variables",
             )
             raise Abort("the cloud configuration could not be read") from None
@@ -137,7 +156,8 @@ class CloudDoctor:
             self.section.failed(
                 "service catalog",
                 f"no {', '.join(missing)} endpoint ({where}); found {', '.join(found) or 'none'}",
-                "set cloud.region (or region_name/interface in clouds.yaml) to where these services are, "
+                f"set {self._cloud_key('region')} (or region_name/interface in clouds.yaml) to where these "
+                "services are, "
                 "or ask the cloud's operators for them",
             )
             raise Abort("the service catalog lacks services corral needs") from None
@@ -186,60 +206,67 @@ class CloudDoctor:
 
     # -- one pool ---------------------------------------------------------------------------------
 
-    def _pool(self, name: str, pool: PoolConfig, headroom: Headroom | None) -> None:
-        item = f"pool {name}"
-        self._image(f"{item}: image", name, pool)
+    def _pool(self, name: str, pool: PoolConfig, placement: Placement, headroom: Headroom | None) -> None:
+        item = f"pool {placement.key(name)}"
+
+        def key(field: str) -> str:
+            """Where the placement's `field` is set: its own override, else the pool's setting."""
+            given = pool.placements[placement.index] if pool.placements else None
+            if given is not None and getattr(given, field) is not None:
+                return f"pools.{name}.placements.{placement.index}.{field}"
+            return f"pools.{name}.{field}"
+
+        self._image(f"{item}: image", placement, key("image"))
         flavor = self._look(
             f"{item}: flavor",
             "flavor",
-            pool.flavor,
+            placement.flavor,
             lambda n: self.conn.compute.find_flavor(n, ignore_missing=True),
-            "pools.{0}.flavor",
+            key("flavor"),
         )
-        for network in pool.networks:
+        for network in placement.networks:
             self._look(
                 f"{item}: network {network}",
                 "network",
                 network,
                 lambda n: self.conn.network.find_network(n, ignore_missing=True),
-                "pools.{0}.networks",
+                key("networks"),
             )
-        if not pool.networks:
+        if not placement.networks:
             self.section.passed(f"{item}: networks", 'none named: Nova picks the project\'s network ("auto")')
-        for group in pool.security_groups:
+        for group in placement.security_groups:
             self._look(
                 f"{item}: security group {group}",
                 "security group",
                 group,
                 lambda n: self.conn.network.find_security_group(n, ignore_missing=True),
-                "pools.{0}.security_groups",
+                key("security_groups"),
             )
-        if pool.key_name:
+        if placement.key_name:
             self._look(
                 f"{item}: key pair",
                 "key pair",
-                pool.key_name,
+                placement.key_name,
                 lambda n: self.conn.compute.find_keypair(n, ignore_missing=True),
-                "pools.{0}.key_name",
+                key("key_name"),
             )
-        if pool.availability_zone:
-            self._zone(item, name, pool.availability_zone)
+        if placement.availability_zone:
+            self._zone(item, placement.availability_zone, key("availability_zone"))
         self._volume_types(item, name, pool)
         if flavor is not None:
-            self._quota(item, name, pool, flavor, headroom)
+            self._quota(item, name, pool, placement, flavor, headroom)
         else:
             self.section.skipped(f"{item}: quota", "the flavor is unknown, so its size is too")
 
-    def _image(self, item: str, pool_name: str, pool: PoolConfig) -> None:
-        """The image the pool's `image` means now, found as corral finds it (`cloud.images.find_image`)."""
-        ref = pool.image_ref
+    def _image(self, item: str, placement: Placement, key: str) -> None:
+        """The image the placement's `image` means now, found as corral finds it (`cloud.images.find_image`)."""
+        ref = placement.image
         what = describe_image(ref)
         try:
             image = self._call(f"find {what}", lambda: find_image(self.conn, ref))
         except Exception as exc:
             self.section.failed(item, str(exc), "see the cloud's answer above; run the doctor again once it works")
             return
-        key = f"pools.{pool_name}.image"
         if image is None:
             fix = (
                 f"upload one, or change {key} (`openstack image list --long` shows images' properties)"
@@ -259,7 +286,6 @@ class CloudDoctor:
 
     def _look(self, item: str, kind: str, name: str, find: Callable[[str], Any], key: str) -> Any:
         """Find one named resource and report it; the resource, or None when missing or the lookup failed."""
-        pool = item.split(":", 1)[0].removeprefix("pool ")
         try:
             found = self._call(f"find {kind} {name!r}", lambda: find(name))
         except Exception as exc:
@@ -269,14 +295,14 @@ class CloudDoctor:
             self.section.failed(
                 item,
                 f"{kind} {name!r} does not exist in this cloud (or this project cannot see it)",
-                f"set {key.format(pool)} to the name or id of an existing {kind} "
+                f"set {key} to the name or id of an existing {kind} "
                 f"(`openstack {kind.replace('key pair', 'keypair')} list`)",
             )
             return None
         self.section.passed(item, f"{kind} {name!r} is {found.id}")
         return found
 
-    def _zone(self, item: str, pool_name: str, zone: str) -> None:
+    def _zone(self, item: str, zone: str, key: str) -> None:
         try:
             zones = self._call(
                 "list availability zones", lambda: [z.name for z in self.conn.compute.availability_zones()]
@@ -290,7 +316,7 @@ class CloudDoctor:
             self.section.failed(
                 f"{item}: availability zone",
                 f"availability zone {zone!r} does not exist; the cloud has {sorted(zones)}",
-                f"set pools.{pool_name}.availability_zone to one of them, or remove it",
+                f"set {key} to one of them, or remove it",
             )
 
     def _volume_types(self, item: str, pool_name: str, pool: PoolConfig) -> None:
@@ -301,7 +327,7 @@ class CloudDoctor:
                 "volume type",
                 volume_type,
                 lambda n: self.conn.block_storage.find_type(n, ignore_missing=True),
-                "pools.{0}.boot_volume_type or the volumes' type",
+                f"pools.{pool_name}.boot_volume_type or the volumes' type",
             )
         if types:
             try:
@@ -320,7 +346,9 @@ class CloudDoctor:
                     f"remove pools.{pool_name}.boot_volume_type and the volumes' type",
                 )
 
-    def _quota(self, item: str, pool_name: str, pool: PoolConfig, flavor: Any, headroom: Headroom | None) -> None:
+    def _quota(
+        self, item: str, pool_name: str, pool: PoolConfig, placement: Placement, flavor: Any, headroom: Headroom | None
+    ) -> None:
         if headroom is None:
             self.section.skipped(f"{item}: quota", "the project's limits could not be read")
             return
@@ -331,7 +359,7 @@ class CloudDoctor:
             "RAM": fit(headroom.ram_mb, int(flavor.ram or 0)),
             "volumes": fit(headroom.volumes, len(disks)) if disks else None,
             "volume gigabytes": fit(headroom.gigabytes, sum(disks)) if disks else None,
-            "ports": fit(headroom.ports, ports_per_server(pool.networks)),
+            "ports": fit(headroom.ports, ports_per_server(placement.networks)),
         }
         limited = {name: count for name, count in fits.items() if count is not None}
         if not limited:
@@ -359,9 +387,10 @@ class CloudDoctor:
             self.section.passed(f"{item}: quota", summary)
 
 
-def check_cloud(config: CorralConfig, section: Section, call_timeout_s: float) -> None:
-    """Run every cloud check, appending to `section`; closes the connection it opened."""
-    doctor = CloudDoctor(config, section, call_timeout_s)
+def check_cloud(config: CorralConfig, section: Section, call_timeout_s: float, cloud: str | None = None) -> None:
+    """Run every check of one cloud (by its name in `clouds`; None: the first), appending to `section`;
+    closes the connection it opened."""
+    doctor = CloudDoctor(config, section, call_timeout_s, cloud or config.default_cloud)
     try:
         doctor.run()
     finally:

@@ -8,6 +8,7 @@ bounded too (`CALL_TIMEOUT_S`), so the deadline is a net, not the plan.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -45,11 +46,15 @@ def _in_thread(section: Section, work: Callable[[], None]) -> threading.Thread:
 
 def diagnose(config: CorralConfig, config_path: Path, deadline_s: float = SECTION_DEADLINE_S) -> list[Check]:
     """Every check of every section, in section order; a section past the deadline ends with a failure."""
-    cloud, github, database = Section("cloud"), Section("github"), Section("database")
-    cloud_timeout = min(CALL_TIMEOUT_S, config.cloud.timeout)
+    github, database = Section("github"), Section("database")
     github_timeout = min(CALL_TIMEOUT_S, config.github.timeout)
-    running = [
-        (cloud, _in_thread(cloud, lambda: check_cloud(config, cloud, cloud_timeout))),
+    clouds = config.cloud_settings()
+    running = []
+    for name, settings in clouds.items():  # a section per cloud, named for it when there are several
+        section, timeout = Section("cloud" if len(clouds) == 1 else f"cloud {name}"), settings.timeout
+        check = functools.partial(check_cloud, config, section, min(CALL_TIMEOUT_S, timeout), name)
+        running.append((section, _in_thread(section, check)))
+    running += [
         (github, _in_thread(github, lambda: check_github(config, github, github_timeout))),
         (database, _in_thread(database, lambda: check_database(config, database, config_path, CALL_TIMEOUT_S))),
     ]
