@@ -368,6 +368,11 @@ class Placement:
         return pool if self.index == 0 else f"{pool}@{self.index}"
 
 
+def pool_of_placement(key: str) -> str:
+    """The pool of a placement known by `key` (`Placement.key`; pool names have no `@`)."""
+    return key.partition("@")[0]
+
+
 class PoolConfig(StrictModel):
     """One named pool: what its servers look like, which jobs they serve, and how many there may be."""
 
@@ -706,6 +711,14 @@ class CorralConfig(StrictModel):
 
     def placements(self, pool: str) -> list[Placement]:
         return self.resolved_placements[pool]
+
+    def placement_of(self, pool: str, recorded_cloud: str | None) -> Placement | None:
+        """The placement a runner of `pool` in that cloud (as its row recorded it) was made by: the pool's
+        first in that cloud (None: the pool no longer names that cloud, or is gone)."""
+        if pool not in self.pools:
+            return None
+        cloud = self.cloud_of(recorded_cloud)
+        return next((placement for placement in self.placements(pool) if placement.cloud == cloud), None)
 
     def clouds_of(self, pool: str) -> list[str]:
         """The clouds of the pool's placements, in order (a pool no longer configured: the first cloud, where

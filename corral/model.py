@@ -352,7 +352,6 @@ class PoolStatus:
     """Runners for queued jobs the quota held back on its holder's last pass..."""
     quota_waiting_at: datetime | None = None
     """...as of then."""
-    image_checked: str | None = None
-    """The image id its `image` resolved to at its holder's last check..."""
-    rollout: dict[str, Any] | None = None
-    """...and its image rollout, if one is under way or rolled back (`engine.rollouts.Rollout` fields)."""
+    rollouts: dict[str, Any] | None = None
+    """Per placement key: the image id its `image` resolved to at the holder's last check (`checked`), and
+    its image rollout if one is under way or rolled back (`rollout`: `engine.rollouts.Rollout` fields)."""

@@ -17,7 +17,10 @@ from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, Ser
 from corral.config import parse_config
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.metrics import REGISTRY
+from corral.model import Reason, RunnerState
+from corral.sandbox.cloud.seed import seeded_id
 from corral.sandbox.server import Sandbox
+from corral.sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
 from tests.test_config import document, pool, problems_of
 from tests.test_end_to_end import everything_done
@@ -151,6 +154,34 @@ def test_a_first_cloud_whose_boots_fail_with_no_valid_host_sends_its_runners_to_
     assert 1 <= len(no_valid_host) <= 10, f"the unbootable cloud got most of the jobs' runners: {len(no_valid_host)}"
     assert servers_made(control, "two") >= 20
     wait_until(lambda: nothing_left_in_either(control), timeout=60, what="nothing left in either cloud")
+
+
+def test_a_later_placements_own_image_rolls_out_in_its_cloud(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Any
+) -> None:
+    """With the first cloud full, the pool's warm runners live in its second placement, whose `image` is a
+    Glance filter of its own: a new upload in that cloud replaces them there, as a first placement's would."""
+    control.put("/quota", params={"cloud": "one"}, json={"instances": 0}).raise_for_status()
+    document = two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}", min_idle=3, max_runners=6)
+    document["pools"]["small"]["placements"][1]["image"] = {"properties": {"os_distro": "ubuntu"}, "tags": ["runner"]}
+    document["tuning"] = {"pool_recheck": "1s"}
+    corral = start_corral(document=document)
+    old = seeded_id("image", "ubuntu-24.04-runner")
+
+    def idle_images() -> list[str | None]:
+        return [runner.image_id for runner in corral.runners(pool="small", states=[RunnerState.IDLE])]
+
+    wait_until(lambda: idle_images() == [old] * 3, timeout=60, what="three warm runners in the second cloud")
+    two = sandbox.world.clouds[SECOND_CLOUD]
+    new = str(sandbox.call(lambda: two.add_image("ubuntu-west-new", {"os_distro": "ubuntu"}, ["runner"])).id)
+    wait_until(lambda: idle_images() == [new] * 3, timeout=90, what="the warm runners on the second cloud's upload")
+    replaced = [
+        runner
+        for runner in corral.runners(pool="small", states=[RunnerState.DELETING, RunnerState.DELETED])
+        if any(event.reason is Reason.IMAGE_ROLLOUT for event in corral.events(runner.id))
+    ]
+    assert {runner.image_id for runner in replaced} == {old} and len(replaced) == 3
+    assert clouds_of_runners(corral) == {"west": 6}, "every runner, old and new, in the second cloud"
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from corral.cloud.quota import servers_that_fit
 from corral.config import CorralConfig
 from corral.engine.coordinator import Engine
+from corral.engine.rollouts import Rollout
 from corral.engine.scalesets import SessionState
 from corral.engine.timeline import JobStory
 from corral.model import Job, Runner, RunnerEvent, RunnerState
@@ -85,17 +86,24 @@ class PoolView(BaseModel):
     """Resources whose headroom held back runners the pool wanted on its last pass: it waits for the quota
     (a create the headroom shows refused is never sent)."""
     rollout: RolloutView | None = None
-    """A change of image under way or rolled back, for a pool this replica holds (None otherwise)."""
+    """A change of image under way or rolled back in the pool's first placement, for a pool this replica
+    holds (None otherwise)..."""
+    placement_rollouts: dict[str, RolloutView] = {}
+    """...and in its later placements, by placement (`pool@1`, ...), each of which may name its own image."""
     job_messages: int | None = None
     """Job messages a scale-set pool's listener handled since its replica took the pool (None elsewhere)."""
     recoveries: int | None = None
     """...and how often it recovered (a token renewed, a session opened anew, a scale set created again)."""
 
 
-def rollout_view(config: CorralConfig, engine: Engine, name: str) -> RolloutView | None:
-    rollout = engine.rollouts.rollout(name) if engine.leases.holds(name) else None
-    if rollout is None:
-        return None
+def rollout_views(config: CorralConfig, engine: Engine, name: str) -> dict[str, RolloutView]:
+    """The rollouts of a pool this replica holds, by placement key."""
+    if not engine.leases.holds(name):
+        return {}
+    return {key: rollout_view(config, name, rollout) for key, rollout in engine.rollouts.rollouts_of(name).items()}
+
+
+def rollout_view(config: CorralConfig, name: str, rollout: Rollout) -> RolloutView:
     return RolloutView(
         from_image=rollout.from_image,
         to_image=rollout.to_image,
@@ -144,6 +152,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
         cost = engine.checker.cost(name)
         headroom = engine.observer.latest.headroom if engine.observer.latest is not None else None
         quota_fits, limited_by = servers_that_fit(headroom, cost) if headroom and cost else (None, [])
+        rollouts = rollout_views(config, engine, name)
         views.append(
             PoolView(
                 name=name,
@@ -176,7 +185,8 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 quota_short=list(snapshot.quota_short),
                 job_messages=job_messages,
                 recoveries=recoveries,
-                rollout=rollout_view(config, engine, name),
+                rollout=rollouts.pop(name, None),
+                placement_rollouts=rollouts,
             )
         )
     return views

@@ -233,7 +233,7 @@ class Creator:
         except UserDataError as exc:
             await self.fail(creating, Failure(Reason.USER_DATA_INVALID, str(exc)))
             return
-        pinned = self._image_for(runner.pool) if placement.index == 0 else None
+        pinned = self._image_for(placement.key(runner.pool))
         spec = server_spec(config, runner.pool, creating, user_data, image=pinned, placement=placement)
         try:
             server = await self._create_server(spec)

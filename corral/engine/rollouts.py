@@ -1,14 +1,15 @@
 """Image rollouts per pool: which image new runners get, and the way back from an image that does not boot.
 
-When a pool's check resolves its `image` to another image than before (a new upload, a new `image`), a
-rollout begins: new runners use the new image and the scaler replaces idle runners on the old one. If runners
-on the new image fail to come online (their server went to ERROR, vanished, or never registered within
-`bootstrap_timeout`) at a rate above `rollout.max_failure_rate` once `rollout.min_boots` of them have been
-judged, the pool rolls back: new runners get the image that was in service before, pinned by id, and the
-scaler replaces the new image's idle runners as it replaced the old ones. The rollout stays rolled back until
-the pool's image changes again (the next upload, or an edit), which starts a new rollout from the image in
-service. At or below that rate, the new image is in service and the rollout is over (later failures are the
-pool's ordinary backoff's business).
+Each of a pool's placements rolls out on its own (a placement may name its own image, in its own cloud); "the
+pool" below is one placement of it. When a pool's check resolves its `image` to another image than before (a
+new upload, a new `image`), a rollout begins: new runners use the new image and the scaler replaces idle
+runners on the old one. If runners on the new image fail to come online (their server went to ERROR, vanished,
+or never registered within `bootstrap_timeout`) at a rate above `rollout.max_failure_rate` once
+`rollout.min_boots` of them have been judged, the pool rolls back: new runners get the image that was in
+service before, pinned by id, and the scaler replaces the new image's idle runners as it replaced the old
+ones. The rollout stays rolled back until the pool's image changes again (the next upload, or an edit), which
+starts a new rollout from the image in service. At or below that rate, the new image is in service and the
+rollout is over (later failures are the pool's ordinary backoff's business).
 
 With `rollout.canary` (a share such as 10%), a rollout begins as a canary: only that share of the pool's new
 runners get the new image, the rest get the image in service, and no idle runner is replaced. Once
@@ -31,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.clock import utcnow
-from corral.config import CorralConfig
+from corral.config import CorralConfig, pool_of_placement
 from corral.metrics import IMAGE_PROMOTIONS, IMAGE_ROLLBACKS
 from corral.model import PoolStatus, Runner
 from corral.store import Store, pools
@@ -91,27 +92,31 @@ class Rollout:
 
 
 class Rollouts:
+    """Per placement (`Placement.key`: the pool's name for its first, `pool@index` after), since each
+    placement may name its own image: its image as last checked, and its rollout. What a rollout may do
+    (`rollout.*`) is the pool's."""
+
     def __init__(self, config: Callable[[], CorralConfig]) -> None:
         self._config = config
         self._checked: dict[str, str] = {}
-        """The image each pool's checks last resolved to."""
+        """The image each placement's checks last resolved to."""
         self._rollouts: dict[str, Rollout] = {}
         self._unsaved: set[str] = set()
-        """Pools whose checked image or rollout changed since they were last saved."""
+        """Pools one of whose placements' checked image or rollout changed since they were last saved."""
 
-    def image(self, pool: str, checked: str | None) -> str | None:
-        """The image in service for the pool's runners (idle runners on another are replaced, a canary's
-        aside), given the image its last check resolved to (None: not checked yet); notes the start of a
-        rollout when that changed."""
+    def image(self, key: str, checked: str | None) -> str | None:
+        """The image in service for the placement's runners (idle runners on another are replaced, a
+        canary's aside), given the image its last check resolved to (None: not checked yet); notes the start
+        of a rollout when that changed."""
         if checked is None:
-            return self.pinned(pool)
-        previous = self._checked.get(pool)
+            return self.pinned(key)
+        previous = self._checked.get(key)
         if previous != checked:
-            self._checked[pool] = checked
-            self._unsaved.add(pool)
+            self._checked[key] = checked
+            self._unsaved.add(pool_of_placement(key))
         if previous is not None and previous != checked:
-            self._changed(pool, previous, checked)
-        return self.pinned(pool) or checked
+            self._changed(key, previous, checked)
+        return self.pinned(key) or checked
 
     def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
         """Carry on the rollouts of the pools this replica has just taken, from their status rows (the truth:
@@ -120,102 +125,121 @@ class Rollouts:
             if not taken(name):
                 continue
             self._unsaved.discard(name)
-            self._checked.pop(name, None)
-            self._rollouts.pop(name, None)
-            if status.image_checked is not None:
-                self._checked[name] = status.image_checked
-            rollout = Rollout.of(status.rollout)
-            if rollout is not None:
-                self._rollouts[name] = rollout
-                logger.info("pool %s: carrying on its rollout to image %s (%s)", name, rollout.to_image, rollout.phase)
+            for key in [key for key in {*self._checked, *self._rollouts} if pool_of_placement(key) == name]:
+                self._checked.pop(key, None)
+                self._rollouts.pop(key, None)
+            for key, saved in (status.rollouts or {}).items():
+                if pool_of_placement(key) != name or not isinstance(saved, dict):
+                    continue
+                if isinstance(checked := saved.get("checked"), str):
+                    self._checked[key] = checked
+                rollout = Rollout.of(saved.get("rollout"))
+                if rollout is not None:
+                    self._rollouts[key] = rollout
+                    logger.info("pool %s: carrying on its rollout to %s (%s)", key, rollout.to_image, rollout.phase)
 
     async def save(self, store: Store, pool: str) -> None:
-        """Write the pool's checked image and rollout to its status row, if either changed since."""
+        """Write the checked images and rollouts of the pool's placements to its status row, if one changed."""
         if pool not in self._unsaved:
             return
-        rollout = self._rollouts.get(pool)
         self._unsaved.discard(pool)
+        saved = {
+            key: {"checked": self._checked.get(key), "rollout": rollout.saved() if rollout else None}
+            for key in sorted({*self._checked, *self._rollouts})
+            if pool_of_placement(key) == pool
+            for rollout in [self._rollouts.get(key)]
+        }
         try:
-            await store.run(pools.set_rollout, pool, self._checked.get(pool), rollout.saved() if rollout else None)
+            await store.run(pools.set_rollouts, pool, saved)
         except BaseException:
             self._unsaved.add(pool)  # the next pass writes it again
             raise
 
-    def pinned(self, pool: str) -> str | None:
+    def pinned(self, key: str) -> str | None:
         """The image id in service instead of what `image` names: the old one, while the new one is rolled
         back or still a canary."""
-        rollout = self._rollouts.get(pool)
+        rollout = self._rollouts.get(key)
         return rollout.from_image if rollout is not None and (rollout.rolled_back or rollout.canary) else None
 
-    def canary(self, pool: str) -> Rollout | None:
-        """The pool's rollout while its new image is a canary."""
-        rollout = self._rollouts.get(pool)
+    def canary(self, key: str) -> Rollout | None:
+        """The placement's rollout while its new image is a canary."""
+        rollout = self._rollouts.get(key)
         return rollout if rollout is not None and rollout.canary and not rollout.rolled_back else None
 
-    def image_for_new_runner(self, pool: str) -> str | None:
-        """The image id a runner about to be created gets instead of what `image` names (None: that one).
-        A canary's share of new runners get its new image, the first of them at once; the rest the old."""
-        rollout = self.canary(pool)
-        share = self._share(pool)
+    def image_for_new_runner(self, key: str) -> str | None:
+        """The image id a runner about to be created in the placement gets instead of what `image` names
+        (None: that one). A canary's share of new runners get its new image, the first at once; the rest the
+        old."""
+        rollout = self.canary(key)
+        share = self._share(key)
         if rollout is None or share is None:
-            return self.pinned(pool)
-        self._unsaved.add(pool)
+            return self.pinned(key)
+        self._unsaved.add(pool_of_placement(key))
         if rollout.canaries < share * (rollout.canaries + rollout.kept + 1):
             rollout.canaries += 1
             return rollout.to_image
         rollout.kept += 1
         return rollout.from_image
 
-    def jobs_succeeded(self, pool_name: str, succeeded: int) -> None:
+    def jobs_succeeded(self, key: str, succeeded: int) -> None:
         """So many jobs succeeded on a canary's new image since its rollout began: enough promote it."""
-        rollout = self.canary(pool_name)
-        pool = self._config().pools.get(pool_name)
+        rollout = self.canary(key)
+        pool = self._config().pools.get(pool_of_placement(key))
         if rollout is None or pool is None:
             return
         if rollout.succeeded != succeeded:
             rollout.succeeded = succeeded
-            self._unsaved.add(pool_name)
+            self._unsaved.add(pool_of_placement(key))
         if succeeded < pool.rollout.canary_jobs:
             return
         rollout.canary = False
-        self._unsaved.add(pool_name)
-        IMAGE_PROMOTIONS.labels(pool_name).inc()
+        IMAGE_PROMOTIONS.labels(pool_of_placement(key)).inc()
         logger.info(
             "pool %s: promoting image %s: %d jobs succeeded on its canaries (rollout.canary_jobs: %d); idle "
             "runners on %s are now replaced",
-            pool_name,
+            key,
             rollout.to_image,
             succeeded,
             pool.rollout.canary_jobs,
             rollout.from_image,
         )
-        self._judge(pool_name, rollout)
+        self._judge(key, rollout)
 
-    def _share(self, pool_name: str) -> float | None:
-        pool = self._config().pools.get(pool_name)
+    def _share(self, key: str) -> float | None:
+        pool = self._config().pools.get(pool_of_placement(key))
         return pool.rollout.canary if pool is not None else None
 
-    def rollout(self, pool: str) -> Rollout | None:
-        return self._rollouts.get(pool)
+    def rollout(self, key: str) -> Rollout | None:
+        return self._rollouts.get(key)
+
+    def rollouts_of(self, pool: str) -> dict[str, Rollout]:
+        """The pool's rollouts, by placement key."""
+        return {key: rollout for key, rollout in self._rollouts.items() if pool_of_placement(key) == pool}
 
     def came_online(self, runner: Runner) -> None:
-        rollout = self._rollouts.get(runner.pool)
+        key, rollout = self._of(runner)
         if rollout is not None and not rollout.rolled_back and runner.image_id == rollout.to_image:
             rollout.online += 1
-            self._unsaved.add(runner.pool)
-            self._judge(runner.pool, rollout)
+            self._judge(key, rollout)
 
     def boot_failed(self, runner: Runner) -> None:
         """A runner's server never became a runner: on a rollout's new image, it counts against the image."""
-        rollout = self._rollouts.get(runner.pool)
+        key, rollout = self._of(runner)
         if rollout is None or rollout.rolled_back or runner.image_id != rollout.to_image:
             return
         rollout.failed += 1
-        self._unsaved.add(runner.pool)
-        self._judge(runner.pool, rollout)
+        self._judge(key, rollout)
 
-    def _judge(self, pool_name: str, rollout: Rollout) -> None:
+    def _of(self, runner: Runner) -> tuple[str, Rollout | None]:
+        """The placement the runner was made by, and its rollout."""
+        placement = self._config().placement_of(runner.pool, runner.cloud)
+        key = placement.key(runner.pool) if placement is not None else runner.pool
+        return key, self._rollouts.get(key)
+
+    def _judge(self, key: str, rollout: Rollout) -> None:
         """Once `min_boots` runners on the new image were judged: roll back, or put the image in service."""
+        pool_name = pool_of_placement(key)
+        self._unsaved.add(pool_name)
         pool = self._config().pools.get(pool_name)
         judged = rollout.online + rollout.failed
         if pool is None or judged < pool.rollout.min_boots:
@@ -223,10 +247,10 @@ class Rollouts:
         if rollout.failure_rate <= pool.rollout.max_failure_rate:
             if rollout.canary:
                 return  # its boots are fine; its jobs promote it
-            del self._rollouts[pool_name]
+            del self._rollouts[key]
             logger.info(
                 "pool %s: image %s is in service: %d of %d runners on it came online",
-                pool_name,
+                key,
                 rollout.to_image,
                 rollout.online,
                 judged,
@@ -237,7 +261,7 @@ class Rollouts:
         logger.warning(
             "pool %s: rolling back from image %s to %s: %d of %d runners on it failed to come online (above "
             "rollout.max_failure_rate, %.0f%%); the pool keeps %s until its image changes again",
-            pool_name,
+            key,
             rollout.to_image,
             rollout.from_image,
             rollout.failed,
@@ -246,25 +270,25 @@ class Rollouts:
             rollout.from_image,
         )
 
-    def _changed(self, pool: str, previous: str, checked: str) -> None:
-        rollout = self._rollouts.get(pool)
+    def _changed(self, key: str, previous: str, checked: str) -> None:
+        rollout = self._rollouts.get(key)
         if rollout is not None and checked == rollout.from_image:
             # Back to the image in service (an edit undid the change): nothing is rolling any more.
-            del self._rollouts[pool]
-            logger.info("pool %s: image %s again; the rollout to %s is over", pool, checked, rollout.to_image)
+            del self._rollouts[key]
+            logger.info("pool %s: image %s again; the rollout to %s is over", key, checked, rollout.to_image)
             return
         # A rolled-back rollout's new image was never in service: the next one starts from the old image.
         start = rollout.from_image if rollout is not None and (rollout.rolled_back or rollout.canary) else previous
-        share = self._share(pool)
-        self._rollouts[pool] = Rollout(from_image=start, to_image=checked, canary=share is not None)
+        share = self._share(key)
+        self._rollouts[key] = Rollout(from_image=start, to_image=checked, canary=share is not None)
         if share is None:
-            logger.info("pool %s: rolling out image %s (was %s)", pool, checked, start)
+            logger.info("pool %s: rolling out image %s (was %s)", key, checked, start)
         else:
             logger.info(
                 "pool %s: image %s is a canary: %.0f%% of new runners get it until %d jobs succeed on it (was %s)",
-                pool,
+                key,
                 checked,
                 share * 100,
-                self._config().pools[pool].rollout.canary_jobs,
+                self._config().pools[pool_of_placement(key)].rollout.canary_jobs,
                 start,
             )

@@ -187,14 +187,7 @@ class Scaler:
         warm = pool.min_idle_at(self.clock())
         min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
         plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
-        image = self._rollouts.image(name, self._checked_image(name))
-        canary = self._rollouts.canary(name)
-        if canary is not None:
-            succeeded = await self.store.run(runners.jobs_succeeded_on, name, canary.to_image, canary.started_at)
-            self._rollouts.jobs_succeeded(name, succeeded)
-            image = self._rollouts.image(name, self._checked_image(name))
-            canary = self._rollouts.canary(name)
-        outdated = self._outdated(name, current, image, canary.to_image if canary else None)
+        outdated = self._outdated(name, current, await self._images_kept(name))
         # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
         in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
         surplus_idle = max(plan.surplus_idle - in_retirement, 0)
@@ -215,7 +208,7 @@ class Scaler:
             what = (
                 "in a cloud that is no longer one of its placements"
                 if why is Reason.PLACEMENT_CHANGED
-                else f"on an image the pool no longer uses; new ones get image {image}"
+                else "on an image the pool no longer uses"
             )
             self.log_once.warning(
                 f"rollout:{name}",
@@ -309,28 +302,40 @@ class Scaler:
         after[RunnerState.DELETING] += len(abandoned)
         return after
 
-    def _outdated(self, name: str, current: list[Runner], image: str | None, canary: str | None) -> list[Runner]:
+    async def _images_kept(self, name: str) -> dict[str, set[str]]:
+        """Per placement of the pool (by key), the images its idle runners may keep: the one in service, and
+        a canary's new one (none known yet: no set). A canary whose jobs succeeded enough is promoted here."""
+        kept: dict[str, set[str]] = {}
+        for placement in self._config().placements(name):
+            key = placement.key(name)
+            checked = self._checked_image(key)
+            if (canary := self._rollouts.canary(key)) is not None:
+                since = canary.started_at
+                succeeded = await self.store.run(runners.jobs_succeeded_on, name, canary.to_image, since)
+                self._rollouts.jobs_succeeded(key, succeeded)
+            image = self._rollouts.image(key, checked)
+            canary = self._rollouts.canary(key)
+            images = {image} if image is not None else set()
+            kept[key] = images | {canary.to_image} if canary is not None else images
+        return kept
+
+    def _outdated(self, name: str, current: list[Runner], kept: dict[str, set[str]]) -> list[Runner]:
         """The pool's idle runners to replace: those in a cloud that is no longer one of its placements (a
-        reload moved the pool, or removed the cloud), and those in its first placement's cloud on an image
-        other than `image`, the one in service there, or `canary`, a new image some new runners get to prove
-        it (a runner whose image is not recorded is left alone; so are runners another placement took while
-        the first could not: few, each gone with its job)."""
-        first = self._config().clouds_of(name)[0]
-        return [
-            runner
-            for runner in current
-            if runner.state is RunnerState.IDLE
-            and not self.supervisor.busy(runner.id)
-            and (
-                self._misplaced(name, runner)
-                or (
-                    self._config().cloud_of(runner.cloud) == first
-                    and image is not None
-                    and runner.image_id is not None
-                    and runner.image_id not in (image, canary)
-                )
-            )
-        ]
+        reload moved the pool, or removed the cloud), and those on an image their placement's runners may
+        not keep (`kept`, by placement key: a runner whose image is not recorded is left alone)."""
+        config = self._config()
+        outdated = []
+        for runner in current:
+            if runner.state is not RunnerState.IDLE or self.supervisor.busy(runner.id):
+                continue
+            if self._misplaced(name, runner):
+                outdated.append(runner)
+                continue
+            placement = config.placement_of(name, runner.cloud)
+            images = kept.get(placement.key(name)) if placement is not None else None
+            if images and runner.image_id is not None and runner.image_id not in images:
+                outdated.append(runner)
+        return outdated
 
     def _misplaced(self, name: str, runner: Runner) -> bool:
         """Whether the runner is in a cloud none of its pool's placements names any more."""

@@ -28,8 +28,7 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.server_cost,
         POOLS.c.quota_waiting,
         POOLS.c.quota_waiting_at,
-        POOLS.c.image_checked,
-        POOLS.c.rollout,
+        POOLS.c.rollouts,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -74,9 +73,9 @@ def set_server_cost(connection: Connection, name: str, server_cost: dict[str, in
     _upsert(connection, name, server_cost=server_cost)
 
 
-def set_rollout(connection: Connection, name: str, image_checked: str | None, rollout: dict[str, Any] | None) -> None:
-    """The image the pool's last check resolved to, and its rollout (None: none under way)."""
-    _upsert(connection, name, image_checked=image_checked, rollout=rollout)
+def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any]) -> None:
+    """Per placement of the pool: the image its last check resolved to, and its rollout (None: none)."""
+    _upsert(connection, name, rollouts=rollouts)
 
 
 def release_session(connection: Connection, name: str, session: str) -> None:

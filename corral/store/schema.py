@@ -202,12 +202,11 @@ class PoolStatus(Base):
     from pools of lower priority."""
     quota_waiting_at: Mapped[datetime | None]
     """When the holder last said so: a wait not renewed within `MAX_WAITING_S` has lapsed."""
-    image_checked: Mapped[str | None] = mapped_column(String(64))
-    """The image id the pool's `image` resolved to at its holder's last check: a new holder that finds
-    another knows the image changed while the pool moved (a rollout begins)."""
-    rollout: Mapped[dict[str, Any] | None]
-    """The pool's image rollout under way or rolled back (`engine.rollouts.Rollout`), as its holder last
-    saved it: a restart or a new holder carries it on (a canary stays one, a rollback stays rolled back)."""
+    rollouts: Mapped[dict[str, Any] | None]
+    """Per placement of the pool (`Placement.key`): the image id its `image` resolved to at the holder's last
+    check, and its image rollout under way or rolled back (`engine.rollouts.Rollout`), as the holder last
+    saved them: a restart or a new holder carries them on (a canary stays one, a rollback stays rolled back,
+    an image that changed meanwhile starts a rollout)."""
     updated_at: Mapped[datetime]
 
 

@@ -216,6 +216,7 @@
             ? ` · waiting for quota (${pool.quota_short.join(", ")})`
             : "",
           rolloutText(pool.rollout),
+          ...Object.entries(pool.placement_rollouts || {}).map(([key, rollout]) => rolloutText(rollout, key)),
           pool.intake === "scale_set"
             ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
                 (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`)
@@ -226,10 +227,10 @@
     $("pools").replaceChildren(...cards);
   }
 
-  /** A pool's image rollout in a few words: which image, and how far it got (ids shortened). */
-  function rolloutText(rollout) {
+  /** A pool's image rollout in a few words: which image (in which placement), how far it got (ids shortened). */
+  function rolloutText(rollout, placement) {
     if (!rollout) return "";
-    const to = rollout.to_image.slice(0, 8);
+    const to = rollout.to_image.slice(0, 8) + (placement ? ` in ${placement}` : "");
     if (rollout.phase === "rolled_back") return ` · image ${to} rolled back (${rollout.failed} failed to boot)`;
     if (rollout.phase === "canary") {
       return ` · canary image ${to}: ${rollout.jobs_succeeded} of ${rollout.canary_jobs} jobs succeeded`;

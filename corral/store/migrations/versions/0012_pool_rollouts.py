@@ -1,5 +1,6 @@
-"""Pool status: the image the pool's check last resolved to, and its image rollout (a canary's counts, a
-rollback), so that a restart or a replica taking the pool over carries a rollout on instead of starting afresh
+"""Pool status: per placement of the pool, the image its check last resolved to and its image rollout (a
+canary's counts, a rollback), so that a restart or a replica taking the pool over carries a rollout on
+instead of starting afresh
 
 Revision ID: 0012
 Revises: 0011
@@ -19,11 +20,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("pool_status") as batch:
-        batch.add_column(sa.Column("image_checked", sa.String(length=64), nullable=True))
-        batch.add_column(sa.Column("rollout", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("rollouts", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("pool_status") as batch:
-        batch.drop_column("rollout")
-        batch.drop_column("image_checked")
+        batch.drop_column("rollouts")
