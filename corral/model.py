@@ -355,3 +355,5 @@ class PoolStatus:
     rollouts: dict[str, Any] | None = None
     """Per placement key: the image id its `image` resolved to at the holder's last check (`checked`), and
     its image rollout if one is under way or rolled back (`rollout`: `engine.rollouts.Rollout` fields)."""
+    cloud_backoffs: dict[str, Any] | None = None
+    """For a pool in several clouds, each cloud that failed it lately: `{failures, paused_until}`."""

@@ -440,6 +440,31 @@ def test_a_pools_create_backoff_outlives_its_holder(store: Store) -> None:
     assert (fresh.failures("small"), fresh.remaining_s("small")) == (0, 0.0)
 
 
+def test_a_clouds_backoff_for_a_pool_outlives_its_holder(store: Store) -> None:
+    """A pool in two clouds, the first of which failed it twice: the next holder keeps sending its runners
+    elsewhere for what is left of the backoff, and a runner online there ends it for every later holder."""
+    log_once = LogOnce(logging.getLogger("test"))
+    now = [0.0]
+
+    async def fail_twice() -> float:
+        holder = PoolPauses(store, log_once, lambda: now[0])
+        await holder.cloud_failed("small", "east")
+        now[0] += 1.5
+        return await holder.cloud_failed("small", "east", at_least_s=30.0)
+
+    paused = asyncio.run(fail_twice())
+    assert paused == 30.0
+    successor = PoolPauses(store, log_once, time.monotonic)
+    successor.restore(store.run_blocking(pools.statuses), {"small"}.__contains__)
+    assert successor.cloud_failures("small", "east") == 2
+    assert 25 < successor.cloud_remaining_s("small", "east") <= paused
+    assert (successor.cloud_failures("small", "west"), successor.remaining_s("small")) == (0, 0.0)
+    asyncio.run(successor.cloud_succeeded("small", "east"))
+    fresh = PoolPauses(store, log_once, time.monotonic)
+    fresh.restore(store.run_blocking(pools.statuses), {"small"}.__contains__)
+    assert (fresh.cloud_failures("small", "east"), fresh.cloud_remaining_s("small", "east")) == (0, 0.0)
+
+
 def test_redelivery_requests_are_counted_for_every_replica_and_pruned(store: Store) -> None:
     store.run_blocking(redeliveries.asked, "guid-1")
     store.run_blocking(redeliveries.asked, "guid-1")

@@ -32,7 +32,7 @@ from corral.cloud.provider import (
     ServerSpec,
 )
 from corral.config import CorralConfig, Placement, PoolConfig, ScopeConfig
-from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
 from corral.engine.transitions import Mover
@@ -132,16 +132,12 @@ class Creator:
         self._ready_clouds = ready_clouds or (lambda pool: set(clouds_of(pool)))
         """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
         self._clock = clock
-        self._cloud_backoffs: dict[tuple[str, str], Backoff] = {}
-        """Per pool and cloud, for pools placed in several: a failing cloud's runners go to the next."""
 
     async def came_online(self, runner: Runner) -> None:
         """A runner came online: the whole way from intent to runner works, so any backoff ends (its pool's,
         and its cloud's for the pool). (A create the cloud accepted is not enough: a server that then goes to
         ERROR is a failure too.)"""
-        backoff = self._cloud_backoffs.get((runner.pool, self._cloud_of(runner)))
-        if backoff is not None:
-            backoff.succeeded()
+        await self.pauses.cloud_succeeded(runner.pool, self._cloud_of(runner))
         if await self.pauses.succeeded(runner.pool):
             logger.info("pool %s: a runner came online; creating at full speed again", runner.pool)
 
@@ -160,14 +156,12 @@ class Creator:
     def cloud_paused_s(self, pool: str, cloud: str) -> float:
         """How long the pool sends no runner to `cloud`, which failed it lately (0 for a pool in one cloud,
         which pauses as a whole instead)."""
-        backoff = self._cloud_backoffs.get((pool, cloud))
-        return backoff.remaining_s if backoff is not None else 0.0
+        return self.pauses.cloud_remaining_s(pool, cloud)
 
     def cloud_on_trial(self, pool: str, cloud: str) -> bool:
         """Whether `cloud` failed the pool and has not served it since: once its backoff has run out it gets
         one runner at a time, until one comes online there (a burst would only fail again if it still fails)."""
-        backoff = self._cloud_backoffs.get((pool, cloud))
-        return backoff is not None and backoff.failures > 0
+        return self.pauses.cloud_failures(pool, cloud) > 0
 
     def _cloud_of(self, runner: Runner) -> str:
         return self._cloud_of_recorded(runner.cloud)
@@ -181,8 +175,7 @@ class Creator:
         clouds = set(self._clouds_of(runner.pool))
         if cloud_fault and len(clouds) > 1:
             cloud = self._cloud_of(runner)
-            backoff = self._cloud_backoffs.setdefault((runner.pool, cloud), Backoff(clock=self._clock))
-            wait = backoff.failed(at_least_s)
+            wait = await self.pauses.cloud_failed(runner.pool, cloud, at_least_s)
             ready = self._ready_clouds(runner.pool) - {cloud}
             others = sorted(other for other in ready if not self.cloud_paused_s(runner.pool, other))
             if others:

@@ -4,13 +4,16 @@ A pool whose creates keep failing (a broken image, a full quota, GitHub refusing
 for longer after each failure, and a runner coming online ends the pause. The holder of the pool keeps the
 backoff in memory and writes each change to the pool's status row; a replica that takes the pool over (or
 corral restarting) reads it back, so a failover does not retry a broken cloud at full speed.
+
+A pool placed in several clouds also backs off per cloud (`cloud_failed`): its runners go to its other
+clouds meanwhile. Those backoffs are kept the same way, in the status row's `cloud_backoffs`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from corral.clock import utcnow
 from corral.engine.backoff import Backoff, LogOnce
@@ -28,6 +31,8 @@ class PoolPauses:
         self._log_once = log_once
         self._clock = clock
         self._backoffs: dict[str, Backoff] = {}
+        self._cloud_backoffs: dict[str, dict[str, Backoff]] = {}
+        """Per pool, per cloud it failed: for pools placed in several clouds."""
 
     def remaining_s(self, pool: str) -> float:
         backoff = self._backoffs.get(pool)
@@ -55,6 +60,32 @@ class PoolPauses:
         await self._write(pool, backoff)
         return True
 
+    def cloud_remaining_s(self, pool: str, cloud: str) -> float:
+        backoff = self._cloud_backoffs.get(pool, {}).get(cloud)
+        return backoff.remaining_s if backoff is not None else 0.0
+
+    def cloud_failures(self, pool: str, cloud: str) -> int:
+        """How often in a row `cloud` failed the pool (0: it serves it)."""
+        backoff = self._cloud_backoffs.get(pool, {}).get(cloud)
+        return backoff.failures if backoff is not None else 0
+
+    async def cloud_failed(self, pool: str, cloud: str, at_least_s: float = 0.0) -> float:
+        """A create of the pool failed in `cloud`: the seconds until the next one there."""
+        backoff = self._cloud_backoffs.setdefault(pool, {}).setdefault(cloud, Backoff(clock=self._clock))
+        before = (backoff.failures, backoff.until)
+        wait = backoff.failed(at_least_s)
+        if (backoff.failures, backoff.until) != before:
+            await self._write_clouds(pool)
+        return wait
+
+    async def cloud_succeeded(self, pool: str, cloud: str) -> None:
+        """A runner of the pool came online in `cloud`: it serves the pool again."""
+        backoff = self._cloud_backoffs.get(pool, {}).get(cloud)
+        if backoff is None or not backoff.failures:
+            return
+        backoff.succeeded()
+        await self._write_clouds(pool)
+
     def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
         """Take the backoffs of the pools this replica has just taken from their status rows (which are the
         truth: another replica may have held the pool since this one last did)."""
@@ -62,6 +93,7 @@ class PoolPauses:
         for name, status in statuses.items():
             if not taken(name):
                 continue
+            self._restore_clouds(name, status.cloud_backoffs or {})
             remaining = (status.create_paused_until - now).total_seconds() if status.create_paused_until else 0.0
             if not status.create_failures and remaining <= 0:
                 self._backoffs.pop(name, None)
@@ -76,6 +108,42 @@ class PoolPauses:
                     remaining,
                     status.create_failures,
                 )
+
+    def _restore_clouds(self, pool: str, saved: Mapping[str, object]) -> None:
+        """The pool's per-cloud backoffs as its status row has them (`_write_clouds`)."""
+        now = utcnow()
+        backoffs: dict[str, Backoff] = {}
+        for cloud, fields in saved.items():
+            if not isinstance(fields, dict):
+                continue  # not a backoff this corral wrote: the cloud is tried again
+            try:
+                failures = int(fields["failures"])
+                until = fields.get("paused_until")
+                remaining = (datetime.fromisoformat(until) - now).total_seconds() if until else 0.0
+            except (KeyError, TypeError, ValueError):
+                continue
+            if failures:
+                backoffs[cloud] = Backoff(clock=self._clock, failures=failures, until=self._clock() + max(remaining, 0))
+        if backoffs:
+            self._cloud_backoffs[pool] = backoffs
+            logger.info("pool %s: clouds still backing off for it: %s", pool, ", ".join(sorted(backoffs)))
+        else:
+            self._cloud_backoffs.pop(pool, None)
+
+    async def _write_clouds(self, pool: str) -> None:
+        now = utcnow()
+        saved = {
+            cloud: {
+                "failures": backoff.failures,
+                "paused_until": (now + timedelta(seconds=backoff.remaining_s)).isoformat() if backoff.waiting else None,
+            }
+            for cloud, backoff in self._cloud_backoffs.get(pool, {}).items()
+            if backoff.failures
+        }
+        try:
+            await self._store.run(pools.set_cloud_backoffs, pool, saved)
+        except Exception as exc:  # the backoffs in memory hold; their next change writes again
+            self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its clouds' backoffs: {exc}")
 
     async def _write(self, pool: str, backoff: Backoff) -> None:
         paused_until = utcnow() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None

@@ -29,6 +29,7 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.quota_waiting,
         POOLS.c.quota_waiting_at,
         POOLS.c.rollouts,
+        POOLS.c.cloud_backoffs,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -71,6 +72,11 @@ def set_server_cost(connection: Connection, name: str, server_cost: dict[str, in
     sharing the project count those runners at this cost, and a runner whose cost they cannot read yet would
     count as a bare instance."""
     _upsert(connection, name, server_cost=server_cost)
+
+
+def set_cloud_backoffs(connection: Connection, name: str, backoffs: dict[str, Any]) -> None:
+    """The pool's backoff in each cloud that failed it lately (`{cloud: {failures, paused_until}}`)."""
+    _upsert(connection, name, cloud_backoffs=backoffs)
 
 
 def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any]) -> None:

@@ -207,6 +207,9 @@ class PoolStatus(Base):
     check, and its image rollout under way or rolled back (`engine.rollouts.Rollout`), as the holder last
     saved them: a restart or a new holder carries them on (a canary stays one, a rollback stays rolled back,
     an image that changed meanwhile starts a rollout)."""
+    cloud_backoffs: Mapped[dict[str, Any] | None]
+    """For a pool placed in several clouds, each cloud that failed it lately (`{failures, paused_until}`):
+    a new holder keeps sending its runners elsewhere instead of retrying that cloud at full speed."""
     updated_at: Mapped[datetime]
 
 

@@ -1,6 +1,6 @@
 """Pool status: per placement of the pool, the image its check last resolved to and its image rollout (a
 canary's counts, a rollback), so that a restart or a replica taking the pool over carries a rollout on
-instead of starting afresh
+instead of starting afresh; and, for a pool in several clouds, each cloud's backoff for it
 
 Revision ID: 0012
 Revises: 0011
@@ -21,8 +21,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("pool_status") as batch:
         batch.add_column(sa.Column("rollouts", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("cloud_backoffs", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("pool_status") as batch:
+        batch.drop_column("cloud_backoffs")
         batch.drop_column("rollouts")
