@@ -149,7 +149,6 @@ class Engine:
             clouds_of=lambda pool: self.config.clouds_of(pool),
             cloud_of=lambda recorded: self.config.cloud_of(recorded),
             ready_clouds=self._ready_clouds,
-            clock=clock,
         )
         self.cleaner = Cleaner(
             self.mover, cloud, github, self._cloud_threads, self.log_once, lambda r: self.config.cloud_of(r)

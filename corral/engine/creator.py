@@ -108,7 +108,6 @@ class Creator:
         clouds_of: Callable[[str], list[str]] = lambda _: [],
         cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
         ready_clouds: Callable[[str], set[str]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
         scale set itself (they then belong to it); other pools' come from the REST API."""
@@ -131,7 +130,6 @@ class Creator:
         """The cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`)."""
         self._ready_clouds = ready_clouds or (lambda pool: set(clouds_of(pool)))
         """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
-        self._clock = clock
 
     async def came_online(self, runner: Runner) -> None:
         """A runner came online: the whole way from intent to runner works, so any backoff ends (its pool's,

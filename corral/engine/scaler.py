@@ -316,7 +316,7 @@ class Scaler:
             image = self._rollouts.image(key, checked)
             canary = self._rollouts.canary(key)
             images = {image} if image is not None else set()
-            kept[key] = images | {canary.to_image} if canary is not None else images
+            kept[key] = (images | {canary.to_image}) if canary is not None else images
         return kept
 
     def _outdated(self, name: str, current: list[Runner], kept: dict[str, set[str]]) -> list[Runner]:
@@ -343,9 +343,8 @@ class Scaler:
         return config.cloud_of(runner.cloud) not in config.clouds_of(name)
 
     def _rolling_back(self, name: str) -> bool:
-        """Whether the pool rolled back from a new image (its replacements then say so)."""
-        rollout = self._rollouts.rollout(name)
-        return rollout is not None and rollout.rolled_back
+        """Whether one of the pool's placements rolled back from a new image (its replacements then say so)."""
+        return any(rollout.rolled_back for rollout in self._rollouts.rollouts_of(name).values())
 
     def _why_replaced(self, name: str, outdated: Sequence[Runner]) -> Reason:
         """What replacing these runners is called: a placement change when it is only that, else the image's."""
