@@ -357,3 +357,5 @@ class PoolStatus:
     its image rollout if one is under way or rolled back (`rollout`: `engine.rollouts.Rollout` fields)."""
     cloud_backoffs: dict[str, Any] | None = None
     """For a pool in several clouds, each cloud that failed it lately: `{failures, paused_until}`."""
+    quota_waiting_cloud: str | None = None
+    """The cloud whose quota `quota_waiting` waits for (None: the pool's first)."""

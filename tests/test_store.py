@@ -301,6 +301,9 @@ def test_a_reading_counts_other_replicas_servers_made_before_it_and_no_others(st
     )
     store.run_blocking(pools.publish, "never-checked", generation=1, ready=False, reason=None, removed=False)
     assert store.run_blocking(quota.server_costs, ["other", "never-checked"]) == {"other": {"cores": 2, "ram_mb": 2048}}
+    store.run_blocking(pools.set_quota, "other", server_cost=None, waiting=3, waiting_at=utcnow(), waiting_cloud="west")
+    other = store.run_blocking(pools.statuses)["other"]
+    assert (other.quota_waiting, other.quota_waiting_cloud) == (3, "west"), "a wait says whose quota it waits for"
 
 
 def test_another_replicas_runners_count_against_the_quota_before_their_cost_is_known(store: Store) -> None:

@@ -422,11 +422,13 @@ class Engine:
             self.workers.wake(pool)
         waits = self._others_waiting(statuses)
         for cloud, budget in self.quotas.items():
-            # A pool another replica holds waits in its first placement's cloud.
-            budget.others_waiting(wait for wait in waits if self.config.clouds_of(wait[0])[0] == cloud)
+            budget.others_waiting(wait for in_cloud, wait in waits if in_cloud == cloud)
 
-    def _others_waiting(self, statuses: dict[str, PoolStatus]) -> list[tuple[str, int, ServerCost, int, float]]:
-        """The quota waits of pools other replicas hold, as their status rows say."""
+    def _others_waiting(
+        self, statuses: dict[str, PoolStatus]
+    ) -> list[tuple[str, tuple[str, int, ServerCost, int, float]]]:
+        """The quota waits of pools other replicas hold, as their status rows say, each with the cloud whose
+        quota it waits for (the holder says which; rows that do not: the pool's first)."""
         now, elsewhere = utcnow(), set(self._held_elsewhere())
         waits = []
         for name, status in statuses.items():
@@ -435,7 +437,8 @@ class Engine:
             cost = ServerCost.of(status.server_cost)
             if cost is not None:
                 age = max((now - status.quota_waiting_at).total_seconds(), 0.0)
-                waits.append((name, self.config.pools[name].priority, cost, status.quota_waiting, age))
+                cloud = status.quota_waiting_cloud or self.config.clouds_of(name)[0]
+                waits.append((cloud, (name, self.config.pools[name].priority, cost, status.quota_waiting, age)))
         return waits
 
     def _held_elsewhere(self, pool: str | None = None) -> list[str]:

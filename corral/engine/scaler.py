@@ -240,6 +240,7 @@ class Scaler:
             )
             if grace_left is not None:
                 requeue_after = min(requeue_after or grace_left, grace_left)
+        waiting_in = {cloud: self._quota_of(cloud).waiting(name) for cloud in dict.fromkeys(clouds)}
         snapshot = PoolSnapshot(
             name,
             states,
@@ -250,7 +251,8 @@ class Scaler:
             reason=reason,
             quota_short=tuple(quota_short),
             server_cost=self._server_cost(name),
-            quota_waiting=sum(self._quota_of(cloud).waiting(name) for cloud in set(clouds)),
+            quota_waiting=sum(waiting_in.values()),
+            quota_waiting_cloud=next((cloud for cloud, count in waiting_in.items() if count), None),
         )
         await self.status.publish(snapshot, self._generation())
         await self._rollouts.save(self.store, name)

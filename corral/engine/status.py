@@ -41,7 +41,9 @@ class PoolSnapshot:
     server_cost: ServerCost | None = None
     """What one of its servers costs of the quota, as its check found it."""
     quota_waiting: int = 0
-    """Runners for queued jobs the quota held back on its last pass."""
+    """Runners for queued jobs the quota held back on its last pass..."""
+    quota_waiting_cloud: str | None = None
+    """...in that cloud's quota."""
 
 
 QUOTA_RENEWAL_S = MAX_WAITING_S / 3
@@ -54,7 +56,7 @@ class StatusPublisher:
         self._clock = clock
         self.snapshots: dict[str, PoolSnapshot] = {}
         self._published: dict[str, tuple[int, bool, str | None, bool]] = {}
-        self._quota_published: dict[str, tuple[ServerCost | None, int, float]] = {}
+        self._quota_published: dict[str, tuple[ServerCost | None, int, str | None, float]] = {}
         self._cost_written: dict[str, ServerCost] = {}
 
     async def publish(self, snapshot: PoolSnapshot, generation: int) -> None:
@@ -79,9 +81,15 @@ class StatusPublisher:
     async def _publish_quota(self, snapshot: PoolSnapshot) -> None:
         """What replicas sharing the project plan with: the pool's server cost and its wait, when either
         changed (and the wait again now and then while it lasts)."""
-        cost, waiting, now = snapshot.server_cost, snapshot.quota_waiting, self._clock()
+        cost, waiting, cloud, now = (
+            snapshot.server_cost,
+            snapshot.quota_waiting,
+            snapshot.quota_waiting_cloud,
+            self._clock(),
+        )
         last = self._quota_published.get(snapshot.name)
-        if last is not None and last[:2] == (cost, waiting) and not (waiting and now - last[2] > QUOTA_RENEWAL_S):
+        renew = waiting and last is not None and now - last[3] > QUOTA_RENEWAL_S
+        if last is not None and last[:3] == (cost, waiting, cloud) and not renew:
             return
         await self._store.run(
             pools.set_quota,
@@ -89,8 +97,9 @@ class StatusPublisher:
             server_cost=asdict(cost) if cost else None,
             waiting=waiting,
             waiting_at=utcnow(),
+            waiting_cloud=cloud,
         )
-        self._quota_published[snapshot.name] = (cost, waiting, now)
+        self._quota_published[snapshot.name] = (cost, waiting, cloud, now)
         if cost is not None:
             self._cost_written[snapshot.name] = cost
 

@@ -30,6 +30,7 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.quota_waiting_at,
         POOLS.c.rollouts,
         POOLS.c.cloud_backoffs,
+        POOLS.c.quota_waiting_cloud,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -60,11 +61,25 @@ def set_scale_set(connection: Connection, name: str, scale_set_id: int | None, s
 
 
 def set_quota(
-    connection: Connection, name: str, *, server_cost: dict[str, int] | None, waiting: int, waiting_at: datetime
+    connection: Connection,
+    name: str,
+    *,
+    server_cost: dict[str, int] | None,
+    waiting: int,
+    waiting_at: datetime,
+    waiting_cloud: str | None = None,
 ) -> None:
     """What the pool's holder knows of it that replicas sharing the project plan with: a server's cost, and
-    how many runners for queued jobs the quota holds back (renewed while it does, else it lapses)."""
-    _upsert(connection, name, server_cost=server_cost, quota_waiting=waiting, quota_waiting_at=waiting_at)
+    how many runners for queued jobs the quota holds back (renewed while it does, else it lapses) in which
+    cloud's quota."""
+    _upsert(
+        connection,
+        name,
+        server_cost=server_cost,
+        quota_waiting=waiting,
+        quota_waiting_at=waiting_at,
+        quota_waiting_cloud=waiting_cloud,
+    )
 
 
 def set_server_cost(connection: Connection, name: str, server_cost: dict[str, int]) -> None:

@@ -210,6 +210,9 @@ class PoolStatus(Base):
     cloud_backoffs: Mapped[dict[str, Any] | None]
     """For a pool placed in several clouds, each cloud that failed it lately (`{failures, paused_until}`):
     a new holder keeps sending its runners elsewhere instead of retrying that cloud at full speed."""
+    quota_waiting_cloud: Mapped[str | None] = mapped_column(String(64))
+    """The cloud whose quota `quota_waiting` waits for (a pool in several waits in its last usable one; None
+    for rows older than this: its first)."""
     updated_at: Mapped[datetime]
 
 
