@@ -15,5 +15,6 @@ bash scripts/install.sh
 .venv/bin/ruff format --check corral tests bench
 .venv/bin/mypy
 # Four workers on two cores: most tests wait on the sandbox's timers, not the CPU (`-n 0` runs in one process).
-.venv/bin/python -m pytest -n 4 --cov --cov-report=term:skip-covered --cov-report=html \
+# --durations: the slowest tests, so a run creeping towards CI's time limit says where the time went.
+.venv/bin/python -m pytest -n 4 --durations=15 --cov --cov-report=term:skip-covered --cov-report=html \
   --cov-fail-under="$COVERAGE_FLOOR" "$@"

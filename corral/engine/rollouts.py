@@ -231,7 +231,9 @@ class Rollouts:
         self._judge(key, rollout)
 
     def _of(self, runner: Runner) -> tuple[str, Rollout | None]:
-        """The placement the runner was made by, and its rollout."""
+        """The placement the runner was made by, and its rollout (none under way for its pool: no lookup)."""
+        if not any(pool_of_placement(key) == runner.pool for key in self._rollouts):
+            return runner.pool, None
         placement = self._config().placement_of(runner.pool, runner.cloud)
         key = placement.key(runner.pool) if placement is not None else runner.pool
         return key, self._rollouts.get(key)
