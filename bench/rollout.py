@@ -104,6 +104,7 @@ def run(folder: Path, boot_s: float, scenario: str) -> str:
             promoted_s = None
             canaries = created = 0
             if scenario == "canary":
+                wait_for(lambda: (r := rollout_of(corral)) and r["phase"] == "canary", 60, "the canary")
                 wait_for(lambda: rollout_of(corral) is None, 300, "the canary promoted")
                 promoted_s = time.monotonic() - started
                 made = [r.image_id for r in corral.runners(pool="linux") if r.created_at >= uploaded and r.image_id]
