@@ -211,9 +211,9 @@ def test_a_canary_image_gets_its_share_of_new_runners_and_is_promoted_once_its_j
     sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
     """With `rollout.canary: 25%`, a new upload first gets one in four of the pool's new runners and no idle
-    runner is replaced, also across a restart; after three jobs succeeded on it, it is promoted and the warm
-    runners move to it."""
-    rollout = {"max_surge": 2, "canary": "25%", "canary_jobs": 3}
+    runner is replaced, also across a restart; once `canary_jobs` jobs succeeded on it (lowered by a reload
+    from 1000, so that it cannot happen before the restart), it is promoted and the warm runners move to it."""
+    rollout = {"max_surge": 2, "canary": "25%", "canary_jobs": 1000}
     pools = {"linux": image_pool(min_idle=4, max_runners=10, rollout=rollout)}
     document = corral_config(sandbox.info, database_url, pools, tuning={"pool_recheck": "1s"})
     corral = start_corral(document=document)
@@ -227,7 +227,11 @@ def test_a_canary_image_gets_its_share_of_new_runners_and_is_promoted_once_its_j
             view: dict[str, Any] | None = pools_by_name(api)["linux"]["rollout"]
             return view
 
-    wait_until(lambda: (view := rollout_view()) is not None and view["phase"] == "canary", what="a canary")
+    def canary_with(succeeded: int) -> dict[str, Any] | None:
+        view = rollout_view()
+        return view if view is not None and view["phase"] == "canary" and view["jobs_succeeded"] >= succeeded else None
+
+    wait_until(lambda: canary_with(0), what="a canary")
     jobs = [{"at": i * 1.0, "repo": f"{ORG}/app", "labels": ["linux"], "duration": 0.5} for i in range(40)]
     control.post("/trace", json={"jobs": jobs}).raise_for_status()
 
@@ -238,16 +242,9 @@ def test_a_canary_image_gets_its_share_of_new_runners_and_is_promoted_once_its_j
             if any(event.reason is Reason.IMAGE_ROLLOUT for event in corral.events(runner.id))
         ]
 
-    def mid_canary() -> tuple[list[Runner], list[Runner]] | None:
-        """What was replaced and started while the canary had one or two of its three jobs behind it."""
-        replaced, started = replaced_for_the_image(), [r for r in corral.runners(pool="linux") if r.id not in before]
-        view = rollout_view()
-        ready = view is not None and view["phase"] == "canary" and 1 <= view["jobs_succeeded"] < 3
-        return (replaced, started) if ready else None
-
-    replaced, started = wait_until(mid_canary, timeout=60, what="a canary with jobs succeeded on it")
-    assert replaced == [], "no idle runner is replaced while the new image is a canary"
-    made = [runner.image_id for runner in started if runner.image_id is not None]
+    wait_until(lambda: canary_with(3), timeout=60, what="a canary with three jobs succeeded on it")
+    assert replaced_for_the_image() == [], "no idle runner is replaced while the new image is a canary"
+    made = [r.image_id for r in corral.runners(pool="linux") if r.id not in before and r.image_id is not None]
     canaries = made.count(new)
     assert 1 <= canaries <= len(made) / 4 + 1, f"{canaries} of {len(made)} new runners on the canary image"
     assert set(made) <= {old, new}
@@ -256,10 +253,12 @@ def test_a_canary_image_gets_its_share_of_new_runners_and_is_promoted_once_its_j
     canaries_before = (rollout_view() or {}).get("canaries", 0)
     corral.stop()
     corral = start_corral(document=document)
-    view = wait_until(rollout_view, timeout=20, what="the rollout carried on")
-    assert view["phase"] == "canary" and view["canaries"] >= canaries_before, view
+    view = wait_until(lambda: canary_with(3), timeout=20, what="the canary carried on")
+    assert view["canaries"] >= canaries_before, view
     assert replaced_for_the_image() == [], "no idle runner is replaced while the new image is a canary"
 
+    document["pools"]["linux"]["rollout"]["canary_jobs"] = 3
+    assert corral.reload(document) == []
     wait_until(lambda: rollout_view() is None, timeout=60, what="the canary promoted and in service")
     with corral.api() as api:
         metrics = api.get("/metrics").text

@@ -143,12 +143,10 @@ class Rollouts:
         if pool not in self._unsaved:
             return
         self._unsaved.discard(pool)
-        saved = {
-            key: {"checked": self._checked.get(key), "rollout": rollout.saved() if rollout else None}
-            for key in sorted({*self._checked, *self._rollouts})
-            if pool_of_placement(key) == pool
-            for rollout in [self._rollouts.get(key)]
-        }
+        saved = {}
+        for key in sorted(key for key in {*self._checked, *self._rollouts} if pool_of_placement(key) == pool):
+            rollout = self._rollouts.get(key)
+            saved[key] = {"checked": self._checked.get(key), "rollout": rollout.saved() if rollout else None}
         try:
             await store.run(pools.set_rollouts, pool, saved)
         except BaseException:
