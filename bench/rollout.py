@@ -36,6 +36,7 @@ from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import RunnerState
 from corral.sandbox.server import Sandbox
 from corral.sandbox.world import Timings
+from tests.test_images import most_servers_at_once
 
 WARM = 10
 PROPERTIES = {"os_distro": "ubuntu"}
@@ -49,14 +50,6 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         time.sleep(0.2)
     raise SystemExit(f"gave up after {timeout:.0f}s waiting for {what}")
-
-
-def most_servers_at_once(history: list[dict[str, Any]], since: float) -> int:
-    moments = sorted({since, *(life["created_s"] for life in history if life["created_s"] >= since)})
-    return max(
-        sum(1 for life in history if life["created_s"] <= moment and (life["gone_s"] or float("inf")) > moment)
-        for moment in moments
-    )
 
 
 def idle_images(corral: LocalCorral) -> list[str | None]:

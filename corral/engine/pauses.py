@@ -45,9 +45,8 @@ class PoolPauses:
     async def failed(self, pool: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed: the seconds until the next one."""
         backoff = self._backoffs.setdefault(pool, Backoff(clock=self._clock))
-        before = (backoff.failures, backoff.until)
-        wait = backoff.failed(at_least_s)
-        if (backoff.failures, backoff.until) != before:
+        wait, changed = _failed(backoff, at_least_s)
+        if changed:
             await self._write(pool, backoff)
         return wait
 
@@ -72,9 +71,8 @@ class PoolPauses:
     async def cloud_failed(self, pool: str, cloud: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed in `cloud`: the seconds until the next one there."""
         backoff = self._cloud_backoffs.setdefault(pool, {}).setdefault(cloud, Backoff(clock=self._clock))
-        before = (backoff.failures, backoff.until)
-        wait = backoff.failed(at_least_s)
-        if (backoff.failures, backoff.until) != before:
+        wait, changed = _failed(backoff, at_least_s)
+        if changed:
             await self._write_clouds(pool)
         return wait
 
@@ -131,11 +129,10 @@ class PoolPauses:
             self._cloud_backoffs.pop(pool, None)
 
     async def _write_clouds(self, pool: str) -> None:
-        now = utcnow()
         saved = {
             cloud: {
                 "failures": backoff.failures,
-                "paused_until": (now + timedelta(seconds=backoff.remaining_s)).isoformat() if backoff.waiting else None,
+                "paused_until": until.isoformat() if (until := _paused_until(backoff)) else None,
             }
             for cloud, backoff in self._cloud_backoffs.get(pool, {}).items()
             if backoff.failures
@@ -146,8 +143,20 @@ class PoolPauses:
             self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its clouds' backoffs: {exc}")
 
     async def _write(self, pool: str, backoff: Backoff) -> None:
-        paused_until = utcnow() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None
+        paused_until = _paused_until(backoff)
         try:
             await self._store.run(pools.set_create_backoff, pool, backoff.failures, paused_until)
         except Exception as exc:  # the pause in memory holds; its next change writes again
             self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its create backoff: {exc}")
+
+
+def _failed(backoff: Backoff, at_least_s: float) -> tuple[float, bool]:
+    """Record a failure; the wait, and whether the backoff changed (only then is it written again)."""
+    before = (backoff.failures, backoff.until)
+    wait = backoff.failed(at_least_s)
+    return wait, (backoff.failures, backoff.until) != before
+
+
+def _paused_until(backoff: Backoff) -> datetime | None:
+    """When the backoff's wait ends, by the wall clock the status row keeps (None: not waiting)."""
+    return utcnow() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None
