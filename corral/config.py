@@ -13,9 +13,10 @@ that no log line can carry them.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,6 +34,7 @@ from pydantic import (
     Field,
     SecretStr,
     Tag,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -56,6 +58,10 @@ RUNNER_VERSION_PATTERN = r"^\d+\.\d+\.\d+$"
 DEFAULT_RUNNER_VERSION = "2.329.0"
 """The GitHub Actions runner the default template downloads when the image has none (images should)."""
 WEBHOOK_SECRET_MIN_LENGTH = 16
+MAX_POOL_RUNNERS = 10_000
+"""The most runners a count of one pool may name (`max_runners`, `min_idle`, `max_runners_per_repo`): more than
+any one cloud project holds, so a larger number is a slip (extra zeros) that would plan a billion servers."""
+DAY = 86400.0
 SCALE_SET_NAME_MAX = 64
 """A scale set's name is what jobs ask for in `runs-on:`, one token; corral keeps it as long as a pool name may be
 stored (64), which is also what the label column of a job holds."""
@@ -92,14 +98,18 @@ def parse_duration(value: object) -> float:
         seconds = float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
     if seconds <= 0:
         raise ValueError("must be a positive duration, such as 30s, 10m or 1h")
+    if not math.isfinite(seconds):  # YAML's .inf and .nan: NaN would slip past every bound below
+        raise ValueError("must be a finite duration, such as 30s, 10m or 1h")
     return seconds
 
 
 def format_duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:g}ms"
+    if seconds >= DAY and not seconds % DAY:
+        return f"{seconds / DAY:g}d"
     if seconds < 60 or seconds % 60:
-        return f"{seconds:g}s"
+        return f"{seconds:,.3f}".rstrip("0").rstrip(".") + "s"  # 1,000,000,000s rather than 1e+09s
     return f"{seconds / 60:g}m" if seconds < 3600 or seconds % 3600 else f"{seconds / 3600:g}h"
 
 
@@ -117,11 +127,57 @@ def at_least(minimum: float, why: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def at_most(maximum: float, why: str) -> AfterValidator:
+    """Refuse a duration above `maximum` seconds, saying what a longer one would do (most often it is a slip of
+    unit or of zeros, and corral would look stuck)."""
+
+    def check(seconds: float) -> float:
+        if seconds > maximum:
+            raise ValueError(
+                f"{format_duration(seconds)} is above the maximum of {format_duration(maximum)} ({why}); "
+                f"set it to {format_duration(maximum)} or less"
+            )
+        return seconds
+
+    return AfterValidator(check)
+
+
+def within(low: int, high: int, why: str) -> AfterValidator:
+    """Refuse a count outside `low`..`high`, naming the range (and, above it, `why` it ends there)."""
+
+    def check(value: int) -> int:
+        if not low <= value <= high:
+            because = f" ({why})" if value > high else ""
+            raise ValueError(f"{value:,} is outside {low:,} to {high:,}{because}; set it within that range")
+        return value
+
+    return AfterValidator(check)
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-Interval = Annotated[Duration, at_least(1.0, "each round makes API calls: shorter spends the rate limits")]
+Interval = Annotated[
+    Duration,
+    at_least(1.0, "each round makes API calls: shorter spends the rate limits"),
+    at_most(DAY, "rounds further apart would leave what they catch waiting for days"),
+]
 """How often corral does something that calls the cloud or GitHub."""
-Wait = Annotated[Duration, at_least(1.0, "shorter gives up before the cloud or GitHub could have answered")]
+_TOO_SHORT_TO_ANSWER = at_least(1.0, "shorter gives up before the cloud or GitHub could have answered")
+Wait = Annotated[
+    Duration,
+    _TOO_SHORT_TO_ANSWER,
+    at_most(DAY, "nothing corral waits for takes longer: a longer one is a slip of unit"),
+]
 """How long corral lets something take before it acts on it."""
+CallTimeout = Annotated[
+    Duration,
+    _TOO_SHORT_TO_ANSWER,
+    at_most(600.0, "a call unanswered that long has hung; the next pass tries again"),
+]
+"""How long one API call may take (its own maximum only: above a day, `Wait`'s would name a value still refused)."""
+PoolRunners = Annotated[int, within(1, MAX_POOL_RUNNERS, "more than any cloud project holds")]
+"""A number of a pool's runners: at least one."""
+WarmCount = Annotated[int, within(0, MAX_POOL_RUNNERS, "more than any cloud project holds")]
+"""A number of warm runners: none is fine."""
 
 
 class StrictModel(BaseModel):
@@ -209,8 +265,8 @@ class IdleWindowConfig(StrictModel):
     """A window of warm runners: opened at each time `cron` names, open for `duration`."""
 
     cron: str
-    duration: Duration
-    min_idle: int = Field(ge=0)
+    duration: Annotated[Duration, at_most(31 * DAY, "a window open longer is a new `default`; change that")]
+    min_idle: WarmCount
 
     @field_validator("cron")
     @classmethod
@@ -226,7 +282,7 @@ class IdleWindowConfig(StrictModel):
 class IdleScheduleConfig(StrictModel):
     """`min_idle` that follows the clock: `default`, raised to the largest `min_idle` of the windows open."""
 
-    default: int = Field(default=0, ge=0)
+    default: WarmCount = 0
     timezone: str = "UTC"
     schedules: list[IdleWindowConfig] = Field(min_length=1, max_length=50)
 
@@ -256,7 +312,7 @@ def _warm_kind(value: object) -> str:
 
 
 WarmRunners = Annotated[
-    Annotated[int, Field(ge=0), Tag("number")] | Annotated[IdleScheduleConfig, Tag("schedule")],
+    Annotated[WarmCount, Tag("number")] | Annotated[IdleScheduleConfig, Tag("schedule")],
     Discriminator(_warm_kind, custom_error_type="min_idle", custom_error_message="a number or a schedule"),
 ]
 """`min_idle`: a number, or a schedule; an error names only what was wrong with the form given."""
@@ -397,12 +453,12 @@ class PoolConfig(StrictModel):
     min_idle: WarmRunners = 0
     """Warm runners kept idle: a number, or a schedule (`{default, timezone, schedules: [{cron, duration,
     min_idle}]}`) that the passes follow."""
-    max_runners: int = Field(default=10, ge=1)
+    max_runners: PoolRunners = 10
     bootstrap_timeout: Wait = 600.0
     idle_grace: Wait = 60.0
     runner_group: str = "Default"
     priority: int = 0
-    max_runners_per_repo: int | None = Field(default=None, ge=1)
+    max_runners_per_repo: PoolRunners | None = None
     """At most this many of the pool's runners started for one repository's jobs at a time, so one
     repository's matrix cannot take the whole pool. Such runners register at the repository (only its jobs
     can reach them); warm runners (`min_idle`) still register at the pool's scope and serve anyone."""
@@ -493,7 +549,7 @@ class GitHubConfig(StrictModel):
     token_file: Path | None = None
     webhook_secret: SecretStr | None = None
     webhook_secret_file: Path | None = None
-    timeout: Wait = 15.0
+    timeout: CallTimeout = 15.0
 
     @field_validator("url")
     @classmethod
@@ -564,10 +620,17 @@ class CloudTuning(StrictModel):
     max_concurrent_creates: int = Field(default=8, ge=1, le=256)
     quota_retry: Interval = 30.0
     """How long a pool waits after the cloud said its quota is exhausted before asking again."""
-    timeout: Wait = 60.0
+    timeout: CallTimeout = 60.0
     """How long one cloud API call may take before it counts as failed (keystoneauth waits for ever otherwise)."""
     threads: int = Field(default=8, ge=1, le=64)
     """Worker threads for cloud calls other than creates (listings, deletes, pool checks)."""
+    call_retries: int = Field(default=2, ge=0, le=10)
+    """How often a cloud call that is safe to repeat (a read, a delete; never a create) is tried again after a
+    dropped connection or a 502/503/504. openstacksdk's own retries (clouds.yaml's `*_status_code_retries`,
+    5 for Glance by default) are off: one API blip costs seconds, not a minute."""
+    call_retry_time: Wait = 10.0
+    """No retry of a cloud call starts later than this after its first attempt: the engine's next pass is the
+    real retry (each attempt is bounded by `timeout`)."""
 
 
 class CloudConfig(CloudTuning):
@@ -594,14 +657,14 @@ class TuningConfig(StrictModel):
     """The engine's dials. The defaults suit thousands of jobs a day; change them when a measurement says so."""
 
     jit_concurrency: int = Field(default=16, ge=1, le=256)
-    news_delay: Duration = 0.5
+    news_delay: Annotated[Duration, at_most(60.0, "longer holds a pool's pass back from news that came")] = 0.5
     """How long a pool's pass may wait after a webhook said one of its runners took or finished a job (a new
     queued job never waits): under load, one pass then takes the news of many jobs at once."""
     """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
     busy_covers_job: Wait = 30.0
     """How long a runner that turned busy is taken to run the job it was started for, unless GitHub says
     otherwise first; after that a job still queued may get another runner."""
-    confirm_after: Duration = 5.0
+    confirm_after: Annotated[Duration, at_most(600.0, "longer leaves a job nobody took waiting that long")] = 5.0
     """How long after a job was presumed taken (its runner took another one) GitHub is asked whether it really
     was: long enough for the runner that did take it to say so, so that a still-queued answer means it."""
     max_hold: Wait = 600.0
@@ -643,14 +706,18 @@ class CorralConfig(StrictModel):
     another runner only once GitHub confirms it still queued, after a backoff that doubles each time."""
     missed_job_scan: Interval = 60.0
     """How often to look for jobs whose webhook was lost: failed App deliveries, or queued runs."""
-    retention: Annotated[Duration, at_least(3600.0, "jobs and runners younger than that are still being worked on")] = (
-        14 * 86400.0
-    )
+    retention: Annotated[
+        Duration,
+        at_least(3600.0, "jobs and runners younger than that are still being worked on"),
+        at_most(3650 * DAY, "older history belongs in a backup, not in the database every pass reads"),
+    ] = 14 * DAY
     """How long history (deleted runners and their events, jobs, webhook deliveries) is kept."""
     runner_version: str = Field(default=DEFAULT_RUNNER_VERSION, pattern=RUNNER_VERSION_PATTERN)
     """The runner release `${runner_download_url}` points at (for images that do not carry the runner)."""
     lease_time: Annotated[
-        Duration, at_least(3.0, "a replica renews every third of it: shorter loses pools to a slow database")
+        Duration,
+        at_least(3.0, "a replica renews every third of it: shorter loses pools to a slow database"),
+        at_most(600.0, "a replica that stops holds its pools that long before another takes them"),
     ] = 15.0
     """PostgreSQL replicas: how long a replica that stops renewing keeps its pools before another takes them."""
     tuning: TuningConfig = Field(default_factory=TuningConfig)
@@ -667,10 +734,7 @@ class CorralConfig(StrictModel):
     def pool_names_fit_server_names(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
         for name in pools:
             if not POOL_NAME_PATTERN.match(name):
-                raise ValueError(
-                    f"pool name {name!r} cannot be part of a server name: use 1-24 lowercase letters, "
-                    "digits and dashes, starting and ending with a letter or digit"
-                )
+                raise ValueError(_pool_name_problem(name))
         return pools
 
     @field_validator("database_url")
@@ -728,7 +792,29 @@ class CorralConfig(StrictModel):
         return [placement.cloud for placement in self.placements(pool)]
 
     @model_validator(mode="after")
-    def clouds_are_consistent(self) -> CorralConfig:
+    def sections_agree(self) -> CorralConfig:
+        """The rules across sections, checked together so that one broken rule hides none of the others."""
+        problems = self.problems_across_sections(self.pools)
+        if problems:
+            raise ValueError("\n".join(problems))
+        webhook_pools = sorted(name for name, pool in self.pools.items() if pool.intake == "webhook")
+        if self.default_pool is None and len(webhook_pools) == 1:
+            object.__setattr__(self, "default_pool", webhook_pools[0])
+        if self.clouds:
+            object.__setattr__(self, "cloud", self.cloud_settings()[self.default_cloud])
+        return self
+
+    def problems_across_sections(self, pool_names: Collection[str], clouds_valid: bool = True) -> list[str]:
+        """Every broken rule that reads more than one section: placements against the clouds, which pool a job
+        selects (default pool, labels, scale sets), the user data template rendered for each pool, shared
+        volumes' pools. `pool_names` is every pool the file names: for a file whose schema failed, `self.pools`
+        holds only the pools valid on their own, and the others must not be called unknown (nor, when
+        `clouds` itself is invalid, the clouds placements name)."""
+        placements = self._placement_problems() if clouds_valid else []
+        template = [] if self.user_data_template is None else self._user_data_problems(self.user_data_template)
+        return [*placements, *self._selection_problems(pool_names), *template, *self._volume_problems(pool_names)]
+
+    def _placement_problems(self) -> list[str]:
         """`cloud` or `clouds`, cloud names fit for labels, and every placement names a cloud."""
         problems = []
         if self.clouds and "cloud" in self.model_fields_set:
@@ -751,24 +837,17 @@ class CorralConfig(StrictModel):
                         f"pools.{pool_name}.placements.{index}.cloud: {placement.cloud!r} names no cloud "
                         f"(known: {known}); {fix}"
                     )
-        if problems:
-            raise ValueError("\n".join(problems))
-        if self.clouds:
-            object.__setattr__(self, "cloud", self.cloud_settings()[self.default_cloud])
-        return self
+        return problems
 
-    @model_validator(mode="after")
-    def pools_are_consistent(self) -> CorralConfig:
-        """Cross-pool rules; every broken one is reported, one per line."""
+    def _selection_problems(self, pool_names: Collection[str]) -> list[str]:
+        """Which pool a job goes to: the default pool, and pools (or scale sets) that no job could tell apart."""
         webhook_pools = sorted(name for name, pool in self.pools.items() if pool.intake == "webhook")
-        if self.default_pool is None and len(webhook_pools) == 1:
-            object.__setattr__(self, "default_pool", webhook_pools[0])
         problems = []
         if self.default_pool is None and len(webhook_pools) > 1:
             problems.append(f"default_pool: required with several pools; name one of {webhook_pools}")
-        elif self.default_pool is not None and self.default_pool not in self.pools:
-            problems.append(f"default_pool: {self.default_pool!r} names no pool; use one of {sorted(self.pools)}")
-        elif self.default_pool is not None and self.pools[self.default_pool].intake != "webhook":
+        elif self.default_pool is not None and self.default_pool not in pool_names:
+            problems.append(f"default_pool: {self.default_pool!r} names no pool; use one of {sorted(pool_names)}")
+        elif self.default_pool in self.pools and self.pools[self.default_pool].intake != "webhook":
             problems.append(
                 f"default_pool: {self.default_pool!r} takes its jobs from a scale set, which GitHub routes by name "
                 f"only; name a webhook pool ({webhook_pools or 'none configured'}) or leave it out"
@@ -795,18 +874,19 @@ class CorralConfig(StrictModel):
                     "apart; give one of them a distinguishing label"
                 )
             seen[key] = name
-        if self.user_data_template is not None:
-            problems.extend(self._user_data_problems(self.user_data_template))
+        return problems
+
+    def _volume_problems(self, pool_names: Collection[str]) -> list[str]:
+        """Shared volumes propagate to pools by name: each name must be one of the file's pools."""
+        problems = []
         for index, volume in enumerate(self.extra_volumes):
-            unknown = [p for p in volume.propagation if p != "all" and p not in self.pools]
+            unknown = [p for p in volume.propagation if p != "all" and p not in pool_names]
             if unknown:
                 problems.append(
                     f"extra_volumes.{index}.propagation: no pool named {unknown}; "
-                    f"use 'all' or pool names from {sorted(self.pools)}"
+                    f"use 'all' or pool names from {sorted(pool_names)}"
                 )
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
+        return problems
 
     def _user_data_problems(self, path: Path) -> list[str]:
         """Load the template and render it for every pool with a JIT config of realistic size."""
@@ -862,6 +942,15 @@ def _format_location(location: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in kept)
 
 
+BOUNDS = {
+    "greater_than_equal": ("ge", "is below the minimum of {limit}; set it to {limit} or more"),
+    "less_than_equal": ("le", "is above the maximum of {limit}; set it to {limit} or less"),
+    "greater_than": ("gt", "is not above {limit}; set it above {limit}"),
+    "less_than": ("lt", "is not below {limit}; set it below {limit}"),
+}
+"""pydantic's numeric bounds, as `at_least` says them: the value, the bound, the fix."""
+
+
 def _format_error(error: Mapping[str, Any]) -> list[str]:
     location = _format_location(tuple(error["loc"]))
     kind = error["type"]
@@ -869,6 +958,9 @@ def _format_error(error: Mapping[str, Any]) -> list[str]:
         return [f"{location}: unknown key; remove it or check its spelling"]
     if kind == "missing":
         return [f"{location}: required key is missing; add it"]
+    if kind in BOUNDS and isinstance(error.get("input"), int | float):
+        bound, says = BOUNDS[kind]
+        return [f"{location}: {error['input']:,} " + says.format(limit=f"{error['ctx'][bound]:,}")]
     messages = str(error["msg"]).removeprefix("Value error, ").splitlines()
     if not error["loc"]:
         return messages
@@ -916,6 +1008,72 @@ def _name_source(problem: str, sources: dict[str, str]) -> str:
     return f"{sources[key]}{separator}{rest}" if key in sources else problem
 
 
+def _pool_name_problem(name: str) -> str:
+    """Why `name` cannot be a pool's: it becomes part of server names and hostnames."""
+    return (
+        f"pool name {name!r} cannot be part of a server name: use 1-24 lowercase letters, digits and dashes, "
+        "starting and ending with a letter or digit"
+    )
+
+
+CROSS_SECTION_KEYS = (
+    "cloud",
+    "clouds",
+    "default_pool",
+    "extra_volumes",
+    "user_data_template",
+    "name_prefix",
+    "runner_version",
+)
+"""The top-level keys, besides `pools`, that the rules across sections read."""
+
+
+@functools.cache
+def _field_adapter(key: str) -> TypeAdapter[Any]:
+    """Validates one top-level key on its own, with the constraints its field declares."""
+    field = CorralConfig.model_fields[key]
+    annotated: Any = Annotated
+    annotation: Any = annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    return TypeAdapter(annotation)
+
+
+def _valid_alone(raw: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
+    """The values of `keys` in `raw` that are valid on their own."""
+    valid = {}
+    for key in keys:
+        if key in raw:
+            try:
+                valid[key] = _field_adapter(key).validate_python(raw[key])
+            except ValidationError:
+                continue
+    return valid
+
+
+def _problems_across_sections(raw: dict[str, Any], refused: list[str]) -> list[str]:
+    """The rules across sections (templates, which pool a job selects, placements, pool names) for a file the
+    schema refused: pydantic skips a model's own checks once any field of it failed, so a short webhook secret
+    would hide a template's unknown placeholder until the next run. Here they run on the sections valid on
+    their own; a rule that needs a section that is not waits for it to be fixed, and neither a problem the
+    schema already reported (`refused`) nor one at a key it refused is reported twice."""
+    pools_raw = raw.get("pools")
+    if not isinstance(pools_raw, dict):
+        return []
+    pool_names = [name for name in pools_raw if isinstance(name, str)]
+    pools = {}
+    for name in pool_names:
+        try:
+            pools[name] = PoolConfig.model_validate(pools_raw[name])
+        except ValidationError:
+            continue
+    fields = _valid_alone(raw, CROSS_SECTION_KEYS)
+    invalid = {key for key in CROSS_SECTION_KEYS if key in raw and key not in fields}
+    given = set(raw) & set(CorralConfig.model_fields)
+    stand_in = CorralConfig.model_construct(_fields_set=given, **{**fields, "pools": pools})
+    problems = [f"pools: {_pool_name_problem(name)}" for name in pool_names if not POOL_NAME_PATTERN.match(name)]
+    problems += stand_in.problems_across_sections(pool_names, clouds_valid="clouds" not in invalid)
+    return [problem for problem in problems if problem not in refused and problem.partition(": ")[0] not in invalid]
+
+
 def _resolve_template_path(raw: dict[str, Any], base: Path) -> None:
     """A relative `user_data_template` is taken from the config file's folder, like the secret files."""
     template = raw.get("user_data_template")
@@ -938,6 +1096,8 @@ def parse_config(raw: object, base: Path = Path()) -> CorralConfig:
     except ValidationError as exc:
         for error in exc.errors():
             problems.extend(_name_source(problem, sources) for problem in _format_error(error))
+        if any(error["loc"] for error in exc.errors()):  # a field failed: the rules across sections did not run
+            problems.extend(_problems_across_sections(raw, problems))
         raise ConfigError(problems) from None
     if problems:
         raise ConfigError(problems)

@@ -43,6 +43,48 @@ def test_config_check_lists_every_problem_and_exits_non_zero(
     assert "pools.small.max_runners" in err
 
 
+def test_config_check_reports_every_phase_in_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A refused field (a short webhook secret, a typo) used to hide every rule across sections: the template,
+    the default pool, labels that tell pools apart, placements, shared volumes' pools, pool names."""
+    (tmp_path / "typo.sh").write_text("#!/bin/sh\nexec ./run.sh --name ${runer_name}\n")
+    small = GOOD["pools"]["small"]
+    bad = {
+        "github": {"token": "ghp_secret_value", "webhook_secret": "hunter2"},
+        "user_data_template": "typo.sh",
+        "default_pool": "huge",
+        "extra_volumes": [{"name": "docker", "size_gb": 20, "propagation": ["c", "nope"]}],
+        "pools": {
+            "a": {**small, "placements": [{"cloud": "nowhere"}]},
+            "b": small,
+            "c": {**small, "labels": ["gpu"], "flavr": "m1.large"},
+            "Big_Pool": {**small, "labels": ["big"]},
+        },
+    }
+    path = write(tmp_path / "c.yaml", bad)
+    assert main(["config", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"{path}: 8 problem(s)",
+        "  - github.webhook_secret: too short (at least 16 characters): anyone who can guess it can sign fake jobs "
+        "and make corral start VMs; generate one with `openssl rand -hex 32` and set it here and in GitHub's "
+        "webhook settings, or remove the key to turn /webhook off",
+        "  - pools.c.flavr: unknown key; remove it or check its spelling",
+        "  - pools: pool name 'Big_Pool' cannot be part of a server name: use 1-24 lowercase letters, digits and "
+        "dashes, starting and ending with a letter or digit",
+        "  - pools.a.placements.0.cloud: 'nowhere' names no cloud (known: ['default']); declare your clouds in "
+        "`clouds` by name",
+        "  - default_pool: 'huge' names no pool; use one of ['Big_Pool', 'a', 'b', 'c']",
+        "  - pools.b: same scope and labels as pool 'a', so no job could tell them apart; give one of them a "
+        "distinguishing label",
+        f"  - user_data_template: user data template {tmp_path / 'typo.sh'}: unknown placeholder ${{runer_name}}; "
+        "use ${jit_config}, ${runner_name}, ${pool}, ${labels}, ${runner_download_url} ($$ for a $); point it at "
+        "a readable string.Template script",
+        "  - extra_volumes.0.propagation: no pool named ['nope']; use 'all' or pool names from "
+        "['Big_Pool', 'a', 'b', 'c']",
+    ]
+    assert "hunter2" not in err
+
+
 def test_migrate_creates_the_schema(tmp_path: Path) -> None:
     database = tmp_path / "corral.db"
     assert main(["migrate", "--database-url", f"sqlite:///{database}"]) == 0
@@ -89,6 +131,27 @@ def test_an_option_after_the_action_wins_over_one_before(tmp_path: Path, capsys:
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert main(["token", "--config", str(config), "create", "--database-url", other, "--name", "x"]) == 0
     assert (tmp_path / "other.db").exists() and not (tmp_path / "from-config.db").exists()
+
+
+def test_a_refused_request_prints_one_line_per_problem_naming_the_field(sandbox: Sandbox, tmp_path: Path) -> None:
+    """FastAPI refuses bad parameters with a list of problems; the command used to print that list raw."""
+    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"])})
+    corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
+    try:
+        remote = ["--url", corral.url, "--token", corral.token]
+        with pytest.raises(SystemExit) as refused:
+            main(["runners", *remote, "--pool", "Not_A_Pool", "--state", "idle", "--state", "sleepy"])
+        assert str(refused.value).splitlines() == [
+            "corral: GET /api/v1/runners: HTTP 422: 2 problem(s)",
+            "  - query parameter pool: String should match pattern '^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$'",
+            "  - query parameter state[1]: Input should be 'pending', 'creating', 'booting', 'idle', 'busy', "
+            "'finished', 'failed', 'deleting' or 'deleted'",
+        ]
+        with pytest.raises(SystemExit) as unknown:
+            main(["drain", "nope", *remote])
+        assert str(unknown.value) == "corral: POST /api/v1/pools/nope/drain: HTTP 404: no pool 'nope'"
+    finally:
+        corral.stop()
 
 
 def test_client_commands_talk_to_a_running_corral(

@@ -82,6 +82,15 @@ def test_cross_pool_rules_are_all_reported() -> None:
     assert any(p.startswith("extra_volumes.0.propagation: no pool named ['nope']") for p in problems)
 
 
+def test_a_placement_naming_no_cloud_hides_no_other_rule_across_sections() -> None:
+    problems = problems_of(document(default_pool="huge", pools={"small": pool(placements=[{"cloud": "nowhere"}])}))
+    assert problems == [
+        "pools.small.placements.0.cloud: 'nowhere' names no cloud (known: ['default']); declare your clouds in "
+        "`clouds` by name",
+        "default_pool: 'huge' names no pool; use one of ['small']",
+    ]
+
+
 def test_several_pools_need_a_default() -> None:
     problems = problems_of(document(pools={"a": pool(), "b": pool(labels=["gpu"])}))
     assert problems == ["default_pool: required with several pools; name one of ['a', 'b']"]
@@ -212,6 +221,7 @@ def test_supported_database_urls_are_accepted(url: str) -> None:
         ("stale_job_check", "10ms"),
         ("github.timeout", "100ms"),
         ("cloud.quota_retry", "1ms"),
+        ("cloud.call_retry_time", "500ms"),
         ("pools.small.bootstrap_timeout", "1ms"),
         ("pools.small.idle_grace", "1ms"),
     ],
@@ -226,6 +236,125 @@ def test_durations_below_their_minimum_are_refused_naming_the_key_and_the_minimu
     (problem,) = problems_of(raw)
     assert problem.startswith(f"{key}: {value} is below the minimum of 1s")
     assert problem.endswith("set it to 1s or more")
+
+
+def test_each_clouds_call_retries_are_bounded_in_number_and_time() -> None:
+    """openstacksdk's own retries held a worker about 48 s for one Glance 503: corral's are the only ones, and
+    each cloud says how many and for how long (`corral.cloud.openstack`)."""
+    config = parse_config(document(clouds={"east": {"call_retries": 0, "call_retry_time": "3s"}, "west": {}}))
+    settings = config.cloud_settings()
+    assert (settings["east"].call_retries, settings["east"].call_retry_time) == (0, 3.0)
+    assert (settings["west"].call_retries, settings["west"].call_retry_time) == (2, 10.0), "the defaults"
+    assert problems_of(document(cloud={"call_retries": 11})) == [
+        "cloud.call_retries: 11 is above the maximum of 10; set it to 10 or less"
+    ]
+
+
+def with_key(key: str, value: object) -> dict[str, Any]:
+    """The document with `key` (dotted, such as `pools.small.max_runners`) set to `value`."""
+    raw = document(github={"token": "ghp_x"}, cloud={}, tuning={}, pools={"small": pool()})
+    *parents, name = key.split(".")
+    target = raw
+    for parent in parents:
+        target = target[parent]
+    target[name] = value
+    return raw
+
+
+RUNNERS = "more than any cloud project holds"
+OUT_OF_RANGE = {
+    "pools.small.max_runners": (
+        1_000_000_000,
+        f"1,000,000,000 is outside 1 to 10,000 ({RUNNERS}); set it within that range",
+    ),
+    "pools.small.min_idle": (20_000, f"20,000 is outside 0 to 10,000 ({RUNNERS}); set it within that range"),
+    "pools.small.max_runners_per_repo": (0, "0 is outside 1 to 10,000; set it within that range"),
+    "reconcile_interval": (
+        1_000_000_000,
+        "1,000,000,000s is above the maximum of 1d (rounds further apart would leave what they catch waiting "
+        "for days); set it to 1d or less",
+    ),
+    "pools.small.bootstrap_timeout": (
+        "2d",
+        "2d is above the maximum of 1d (nothing corral waits for takes longer: a longer one is a slip of unit); "
+        "set it to 1d or less",
+    ),
+    "github.timeout": (
+        "1h",
+        "1h is above the maximum of 10m (a call unanswered that long has hung; the next pass tries again); "
+        "set it to 10m or less",
+    ),
+    "cloud.timeout": (
+        "11m",
+        "11m is above the maximum of 10m (a call unanswered that long has hung; the next pass tries again); "
+        "set it to 10m or less",
+    ),
+    "lease_time": (
+        "1h",
+        "1h is above the maximum of 10m (a replica that stops holds its pools that long before another takes "
+        "them); set it to 10m or less",
+    ),
+    "retention": (
+        "3651d",
+        "3651d is above the maximum of 3650d (older history belongs in a backup, not in the database every pass "
+        "reads); set it to 3650d or less",
+    ),
+    "tuning.news_delay": (
+        "2m",
+        "2m is above the maximum of 1m (longer holds a pool's pass back from news that came); set it to 1m or less",
+    ),
+    "tuning.confirm_after": (
+        "1h",
+        "1h is above the maximum of 10m (longer leaves a job nobody took waiting that long); set it to 10m or less",
+    ),
+    "max_runners_per_job": (1000, "1,000 is above the maximum of 20; set it to 20 or less"),
+}
+
+
+@pytest.mark.parametrize("key", OUT_OF_RANGE)
+def test_counts_and_durations_outside_a_sane_range_are_refused_naming_the_key_and_the_range(key: str) -> None:
+    value, says = OUT_OF_RANGE[key]
+    assert problems_of(with_key(key, value)) == [f"{key}: {says}"]
+
+
+def test_a_call_timeout_far_too_long_names_its_own_maximum() -> None:
+    """A call timeout is also a wait (at most a day): above that, the message once named the day, a value that
+    is still refused."""
+    assert problems_of(with_key("github.timeout", "2d")) == [
+        "github.timeout: 2d is above the maximum of 10m (a call unanswered that long has hung; the next pass tries "
+        "again); set it to 10m or less"
+    ]
+
+
+def test_a_schedules_counts_and_windows_are_bounded_too() -> None:
+    window = {"cron": "0 8 * * 1-5", "duration": "32d", "min_idle": 10_001}
+    problems = problems_of(with_key("pools.small.min_idle", {"default": -1, "schedules": [window]}))
+    assert problems == [
+        "pools.small.min_idle.default: -1 is outside 0 to 10,000; set it within that range",
+        "pools.small.min_idle.schedules.0.duration: 32d is above the maximum of 31d (a window open longer is a "
+        "new `default`; change that); set it to 31d or less",
+        "pools.small.min_idle.schedules.0.min_idle: 10,001 is outside 0 to 10,000 (more than any cloud project "
+        "holds); set it within that range",
+    ]
+
+
+@pytest.mark.parametrize("key", ["stale_job_check", "retention", "tuning.news_delay"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_duration_that_is_not_finite_is_refused(key: str, value: float) -> None:
+    assert problems_of(with_key(key, value)) == [f"{key}: must be a finite duration, such as 30s, 10m or 1h"]
+
+
+def test_the_ends_of_each_range_are_accepted() -> None:
+    raw = with_key("pools.small.max_runners", 10_000)
+    raw["pools"]["small"].update(min_idle=10_000, max_runners_per_repo=10_000, bootstrap_timeout="1d")
+    raw.update(reconcile_interval="1d", lease_time="10m", retention="3650d", max_runners_per_job=20)
+    raw["github"]["timeout"] = "10m"
+    config = parse_config(raw)
+    assert (config.pools["small"].max_runners, config.reconcile_interval, config.retention) == (
+        10_000,
+        86400.0,
+        3650 * 86400.0,
+    )
 
 
 def test_a_key_given_twice_is_refused_naming_the_key_and_both_lines(tmp_path: Path) -> None:

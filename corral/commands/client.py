@@ -76,9 +76,42 @@ def request(args: argparse.Namespace, method: str, path: str, *, answers: tuple[
     if response.status_code == 401:
         raise SystemExit("corral: the API wants a token: --token or CORRAL_TOKEN (create one: corral token create)")
     if response.status_code >= 400 and response.status_code not in answers:
-        detail = response.json().get("detail") if "json" in response.headers.get("content-type", "") else None
-        raise SystemExit(f"corral: {method} {path}: HTTP {response.status_code}: {detail or response.text[:200]}")
+        raise SystemExit(refusal(f"corral: {method} {path}: HTTP {response.status_code}", response))
     return response.json()
+
+
+PARAMETER_PLACES = {"query": "query parameter", "path": "path parameter", "body": "body field", "header": "header"}
+"""Where FastAPI found a refused value (the first item of its `loc`), as a person would say it."""
+
+
+def refusal(headline: str, response: httpx.Response) -> str:
+    """What an error answer says: its `detail` sentence on the headline, or, for a validation error (FastAPI's
+    `{"detail": [{"loc": [...], "msg": ...}, ...]}`), one line per problem naming the field."""
+    detail = _detail(response)
+    if isinstance(detail, list) and detail and all(isinstance(item, dict) for item in detail):
+        return "\n".join([f"{headline}: {len(detail)} problem(s)", *(f"  - {problem_line(item)}" for item in detail)])
+    return f"{headline}: {detail if isinstance(detail, str) and detail else response.text[:200]}"
+
+
+def _detail(response: httpx.Response) -> object:
+    """The answer's `detail`; None when the answer is not a JSON object with one."""
+    if "json" not in response.headers.get("content-type", ""):
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("detail") if isinstance(body, dict) else None
+
+
+def problem_line(item: dict[str, Any]) -> str:
+    """`query parameter state[0]: Input should be 'starting', ...`: where, which field, what is wrong; never
+    the refused value itself (`input`), which need not be printable, nor short."""
+    location = list(item.get("loc") or [])
+    place = PARAMETER_PLACES.get(str(location[0]), str(location[0])) if location else ""
+    field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location[1:]).lstrip(".")
+    where = " ".join(word for word in (place, field) if word) or "request"
+    return f"{where}: {item.get('msg', 'refused')}"
 
 
 def _print(args: argparse.Namespace, data: Any, columns: list[str]) -> int:
