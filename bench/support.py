@@ -7,7 +7,6 @@ corral, not corral competing with the world it talks to.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -19,6 +18,7 @@ from typing import IO, Any
 import httpx
 import yaml
 
+from corral.local import sandbox_environment
 from corral.sandbox.server import SandboxInfo
 
 
@@ -108,7 +108,7 @@ class CorralProcess:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        self._env = {**os.environ, "OS_CLIENT_CONFIG_FILE": clouds_yaml}
+        self._env = sandbox_environment(clouds_yaml)
         self._log_level = log_level
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None

@@ -5,7 +5,9 @@ The demo is the shortest honest answer to "does it work?": the same Service that
 GitHub, fed jobs with Poisson arrivals and mixed labels while a few servers fail to boot. When it ends
 (after `--duration`, or on Ctrl-C) it lets the jobs finish, drains every pool through the REST API the way
 an operator would, and counts what is left in the cloud and on GitHub. Anything left is a leak, and the
-exit status says so, which is what makes the demo usable as a smoke test too.
+exit status says so, as it does a job that went unserved: that is what makes the demo usable as a smoke
+test too. The sandbox's OpenStack is reached through its own `clouds.yaml` only (`local.sandbox_cloud_config`),
+whatever `OS_*` variables the shell holds.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ class Demo:
         self._drawn_lines = 0
         self._last_plain = -math.inf
         self.dashboard_url = ""
+        self._dashboard_token = ""
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -242,8 +245,9 @@ class Demo:
                 return 2
             corral.start()
             stack.callback(corral.stop)
-            _, read_token = corral.service.store.run_blocking(tokens.create, "demo-dashboard", "read")
-            self.dashboard_url = f"{corral.url}/?token={read_token}"
+            # Printed once, beside the URL and never in it: the dashboard takes a token only through its form.
+            _, self._dashboard_token = corral.service.store.run_blocking(tokens.create, "demo-dashboard", "read")
+            self.dashboard_url = f"{corral.url}/"
             with httpx.Client(base_url=sandbox.info.control_url, timeout=10) as control, corral.api() as api:
                 return self._drive(control, api)
 
@@ -251,7 +255,7 @@ class Demo:
         ports_before = control.get("/stats").json()["cloud"]["ports"]
         faults = {"seed": self.seed, "world": {"boot_failure_rate": self.options.boot_failure_rate}}
         control.put("/faults", json=faults).raise_for_status()
-        self.say(f"dashboard: {self.dashboard_url}")
+        self.say(f"dashboard: {self.dashboard_url} (sign in with this read token: {self._dashboard_token})")
         self.say(self._plan_text())
         self.phase = "warming up"
         self._wait(control, api, lambda: self._warm(api), WARM_UP_TIMEOUT_S)
@@ -267,7 +271,10 @@ class Demo:
         self._clear_view()
         self.out.write(summary_text(outcome))
         self.out.flush()
-        return 0 if leaks.total == 0 else 1
+        problems = failures(outcome)
+        if problems:
+            self.say(f"corral demo: failed: {'; '.join(problems)}", error=True)
+        return 1 if problems else 0
 
     def _plan_text(self) -> str:
         until = f"for {self.options.duration_s:g} s" if self.options.duration_s else "until Ctrl-C"
@@ -481,6 +488,18 @@ def summary_text(outcome: Outcome) -> str:
     if outcome.warnings:
         lines.append(f"  corral warnings   {outcome.warnings}")
     return "\n".join(lines) + "\n"
+
+
+def failures(outcome: Outcome) -> list[str]:
+    """Why the run failed, empty if it did not: a smoke test passes only if every job submitted was served
+    and nothing was left behind (a demo that served nothing, talking to the wrong cloud, once exited 0)."""
+    problems = []
+    unserved = outcome.submitted - outcome.served
+    if unserved > 0:
+        problems.append(f"{unserved} of {outcome.submitted} jobs went unserved")
+    if outcome.leaks.total:
+        problems.append(f"leaks found: {outcome.leaks.total}")
+    return problems
 
 
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:

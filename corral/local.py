@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,10 +39,33 @@ from corral.store.tokens import ApiToken
 T = TypeVar("T")
 
 
+def sandbox_cloud_config(clouds_yaml: str) -> openstack.config.OpenStackConfig:
+    """openstacksdk's configuration from the sandbox's `clouds.yaml` alone.
+
+    By default openstacksdk puts the file `OS_CLIENT_CONFIG_FILE` names before the one it is given (and the
+    first file found wins), merges `secure.yaml` from the usual places or `OS_CLIENT_SECURE_FILE` into it,
+    and reads `OS_CLOUD`, `OS_REGION_NAME` and every other `OS_*` variable. With an OpenStack user's shell,
+    the sandbox's helpers then talked to the user's cloud (a real one, had an entry shared the sandbox's
+    cloud name). Nothing from the environment or the home directory is read here."""
+    return openstack.config.OpenStackConfig(
+        config_files=[clouds_yaml], secure_files=[], vendor_files=[], load_envvars=False
+    )
+
+
 def sandbox_connection(sandbox: SandboxInfo, entry: str | None = None) -> openstack.connection.Connection:
-    """openstacksdk connected to one of the sandbox's `clouds.yaml` entries (its first cloud by default)."""
-    config = openstack.config.OpenStackConfig(config_files=[sandbox.clouds_yaml])
+    """openstacksdk connected to one of the sandbox's `clouds.yaml` entries (its first cloud by default),
+    whatever the environment holds."""
+    config = sandbox_cloud_config(sandbox.clouds_yaml)
     return openstack.connection.Connection(config=config.get_one(cloud=entry or sandbox.cloud_name))
+
+
+def sandbox_environment(clouds_yaml: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child `corral serve` against the sandbox: `environ` (this process's by
+    default) without any `OS_*` variable, the sandbox's `clouds.yaml` as both the config file and the
+    secure file (so that no `secure.yaml` of the user's is merged into its entries)."""
+    source = os.environ if environ is None else environ
+    child = {name: value for name, value in source.items() if not name.startswith("OS_")}
+    return {**child, "OS_CLIENT_CONFIG_FILE": clouds_yaml, "OS_CLIENT_SECURE_FILE": clouds_yaml}
 
 
 def sandbox_clouds(sandbox: SandboxInfo, document: dict[str, Any]) -> CloudSet:
@@ -111,13 +135,14 @@ class LocalCorral:
         *,
         port: int = 0,
         cloud: CloudProvider | CloudSet | None = None,
+        replica: str | None = None,
     ) -> None:
         """`cloud` replaces the sandbox's OpenStack with another (a real cloud, or several), GitHub staying the
-        sandbox."""
+        sandbox. `replica` names this corral among others on one PostgreSQL (several may run in one process)."""
         self.sandbox = sandbox
         self.config_path = config_path
         self.write_config(document)
-        self.service = Service.from_file(config_path, cloud=cloud or sandbox_clouds(sandbox, document))
+        self.service = Service.from_file(config_path, cloud=cloud or sandbox_clouds(sandbox, document), replica=replica)
         self._socket = bind_socket("127.0.0.1", port)
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         self._server = uvicorn.Server(

@@ -120,7 +120,7 @@ httpx.put(f"{info['control_url']}/webhook", json=hook, timeout=10).raise_for_sta
 print(port)
 EOF
 )"
-clouds=(env OS_CLIENT_CONFIG_FILE="$work/sandbox/clouds.yaml")  # for corral's commands, not for the demo's own
+clouds=(env OS_CLIENT_CONFIG_FILE="$work/sandbox/clouds.yaml")  # for corral's commands (the demo ignores it)
 
 step "corral config check and corral migrate (the migrations ship in the wheel)"
 "${clouds[@]}" "$corral" config check "$work/corral.yaml"
@@ -188,8 +188,9 @@ wait "$sandbox_pid" || fail "corral sandbox exited $? on SIGTERM"
 
 if [ "${CHECK_WHEEL_DEMO:-1}" != 0 ]; then
   step "corral demo --duration 3 from the install (user data template, SQLite migrations, leak check)"
-  # The demo makes its own sandbox and clouds.yaml: an inherited OS_CLIENT_CONFIG_FILE would point it elsewhere.
-  if ! env -u OS_CLIENT_CONFIG_FILE -u OS_CLOUD "$corral" demo --duration 3 --jobs-per-minute 120 --port 0 \
+  # The demo uses only the clouds.yaml of the sandbox it starts: run it where OS_CLIENT_CONFIG_FILE names another
+  # (the stopped sandbox's, whose entries have the same names), as in an OpenStack user's shell.
+  if ! "${clouds[@]}" "$corral" demo --duration 3 --jobs-per-minute 120 --port 0 \
     >"$work/demo.log" 2>&1; then
     cat "$work/demo.log" >&2
     fail "corral demo failed"

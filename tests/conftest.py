@@ -12,7 +12,7 @@ import openstack
 import openstack.config
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral.local import LocalCorral, corral_config, pool_spec, sandbox_cloud_config
 from corral.sandbox.server import Sandbox
 from corral.sandbox.world import Timings
 from tests.webhook_receiver import WebhookReceiver
@@ -89,7 +89,8 @@ def control(sandbox: Sandbox) -> Iterator[httpx.Client]:
 
 
 def connect(sandbox: Sandbox, cloud_name: str) -> openstack.connection.Connection:
-    config = openstack.config.OpenStackConfig(config_files=[sandbox.info.clouds_yaml])
+    """openstacksdk connected to an entry of the sandbox's clouds.yaml, ignoring the shell's OS_* variables."""
+    config = sandbox_cloud_config(sandbox.info.clouds_yaml)
     return openstack.connection.Connection(config=config.get_one(cloud=cloud_name))
 
 

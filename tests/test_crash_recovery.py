@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from corral.local import corral_config, pool_spec
+from corral.local import corral_config, pool_spec, sandbox_environment
 from corral.sandbox.server import Sandbox
 from tests.waiting import wait_until
 
@@ -33,7 +32,7 @@ class CorralProcess:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
     def start(self) -> None:
-        env = {**os.environ, "OS_CLIENT_CONFIG_FILE": self.sandbox.info.clouds_yaml}
+        env = sandbox_environment(self.sandbox.info.clouds_yaml)
         self.process = subprocess.Popen(
             [
                 sys.executable,

@@ -1,25 +1,25 @@
 """The dashboard: the page at `/` renders a running corral's pools and runners in a real (headless) browser,
-and the endpoints it reads need a token and never hand out a secret."""
+and the endpoints it reads need a token and never hand out a secret. A person signs in with a form that
+turns the token into an HttpOnly, SameSite=Strict cookie; a token in a URL is refused."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Page
 
+from corral.api.auth import DASHBOARD_COOKIE
 from corral.local import LocalCorral, pool_spec
 from corral.sandbox.server import Sandbox
+from tests.browser import CHROMIUM, browser, expect
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
 
 ORG = "octo-org"
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-CHROMIUM = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install -y chromium)"
 )
@@ -127,34 +127,86 @@ def test_failures_list_boot_failures_with_their_reason_and_no_secret(
         assert "jit" not in text.lower()
 
 
+# -- signing in -------------------------------------------------------------------------------------------
+
+
+def sign_in(client: httpx.Client, token: str) -> httpx.Response:
+    return client.post("/dashboard/session", json={"token": token})
+
+
+def test_a_token_in_the_url_is_refused_saying_where_it_goes(sandbox: Sandbox, start_corral: StartCorral) -> None:
+    corral = start_corral({"small": pool_spec(["small"])})
+    token = corral.create_token("linked", "read")[1]
+    with httpx.Client(base_url=corral.url, timeout=10) as client:
+        for path in ("/", "/api/v1/summary", "/api/v1/pools"):
+            refused = client.get(path, params={"token": token})
+            assert refused.status_code == 400, path
+            assert "does not take a token in the URL" in refused.text and "sign in" in refused.text
+            assert token not in refused.text
+
+
+def test_signing_in_sets_an_httponly_strict_cookie_that_only_reads(sandbox: Sandbox, start_corral: StartCorral) -> None:
+    corral = start_corral({"small": pool_spec(["small"])})
+    admin_token = corral.create_token("operator", "admin")[1]
+    with httpx.Client(base_url=corral.url, timeout=10) as browser_like:
+        signed_in = sign_in(browser_like, admin_token)
+        assert (signed_in.status_code, signed_in.content) == (204, b"")
+        cookie = signed_in.headers["set-cookie"]
+        attributes = sorted(part.strip().lower().split("=")[0] for part in cookie.split(";")[1:])
+        assert attributes == ["httponly", "max-age", "path", "samesite"], "no Secure over plain HTTP"
+        assert "samesite=strict" in cookie.lower() and "path=/" in cookie.lower()
+
+        assert browser_like.get("/api/v1/summary").status_code == 200, "the cookie reads the dashboard's data"
+        assert browser_like.get("/api/v1/runners").status_code == 200
+        assert browser_like.post("/api/v1/pools/small/drain").status_code == 401, "the cookie never acts"
+        assert browser_like.get("/metrics").status_code == 401, "nor scrapes"
+
+        signed_out = browser_like.delete("/dashboard/session")
+        assert signed_out.status_code == 204 and "max-age=0" in signed_out.headers["set-cookie"].lower()
+        assert DASHBOARD_COOKIE not in browser_like.cookies
+        assert browser_like.get("/api/v1/summary").status_code == 401
+
+
+def test_signing_in_is_refused_with_a_reason_and_never_echoes_the_token(
+    sandbox: Sandbox, start_corral: StartCorral
+) -> None:
+    corral = start_corral({"small": pool_spec(["small"])})
+    metrics_token = corral.create_token("scraper", "metrics")[1]
+    with httpx.Client(base_url=corral.url, timeout=10) as client:
+        wrong = sign_in(client, "corral_wrong_token")
+        scoped = sign_in(client, metrics_token)
+        as_form = client.post("/dashboard/session", data={"token": metrics_token})
+        empty = client.post("/dashboard/session", json={"token": " "})
+        assert [wrong.status_code, scoped.status_code, as_form.status_code, empty.status_code] == [401, 403, 415, 400]
+        assert wrong.json()["detail"] == "invalid or revoked token"
+        assert scoped.json()["detail"] == "this token's scope (metrics) does not allow read"
+        assert (
+            as_form.json()["detail"]
+            == empty.json()["detail"]
+            == ('the body must be JSON: {"token": "<an API token with the read scope>"}')
+        )
+        for answer in (wrong, scoped, as_form, empty):
+            assert "set-cookie" not in answer.headers
+            assert metrics_token not in answer.text and "corral_wrong_token" not in answer.text
+
+
 # -- the page in a browser --------------------------------------------------------------------------------
-
-
-def render(url: str, profile: Path) -> str:
-    """The DOM after the page's scripts have run a few polls (Chromium's virtual time, not a sleep)."""
-    assert CHROMIUM is not None
-    command = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        "--virtual-time-budget=5000",
-        "--dump-dom",
-        url,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
 
 
 def elements(dom: str, attribute: str) -> list[str]:
     return re.findall(rf'{attribute}="([^"]*)"', dom)
+
+
+def open_signed_in(page: Page, url: str, token: str) -> str:
+    """Open the dashboard, sign in through its form as a person would, and return the DOM once it rendered
+    data from the API (or the form came back with a reason)."""
+    page.goto(url)
+    expect(page.locator("#login"), "the sign-in form").to_be_visible()
+    page.locator("#token-input").fill(token)  # typed in as keyboard input: the value never goes through a script
+    page.locator("#login-form button[type=submit]").click()
+    rendered_or_refused = page.locator("body[data-rendered='true']").or_(page.locator("#login-error:not(:empty)"))
+    expect(rendered_or_refused.first, "the dashboard rendered, or the form's reason").to_be_attached()
+    return page.content()
 
 
 @needs_chromium
@@ -169,7 +221,11 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
     warm(corral, {"small": 2, "large": 1})
     token = corral.create_token("browser", "read")[1]
 
-    dom = render(f"{corral.url}/?token={token}", tmp_path / "profile")
+    with browser(tmp_path / "profile") as chromium:
+        page = chromium.new_page()
+        dom = open_signed_in(page, f"{corral.url}/", token)
+        cookies = {cookie["name"]: cookie for cookie in page.context.cookies()}
+        script_sees = page.evaluate("document.cookie + JSON.stringify(sessionStorage) + JSON.stringify(localStorage)")
 
     assert 'data-rendered="true"' in dom, "the page rendered data from the API"
     assert sorted(elements(dom, "data-pool")) == ["large", "small"]
@@ -179,6 +235,33 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
     assert "corral-small-" in dom and "corral-large-" in dom
     assert re.search(r"quota left: <b>\d+</b> instances", dom), "the project's headroom is in the header"
     assert token not in dom, "the token never appears in the page"
+    session = cookies[DASHBOARD_COOKIE]
+    assert (session["httpOnly"], session["sameSite"], session["path"]) == (True, "Strict", "/")
+    assert token not in script_sees and script_sees == "{}{}", "the page's scripts hold no token"
+
+
+@needs_chromium
+def test_a_signed_in_browser_stays_signed_in_until_it_signs_out(
+    sandbox: Sandbox, start_corral: StartCorral, tmp_path: Path
+) -> None:
+    corral = start_corral({"small": pool_spec(["small"], min_idle=1)})
+    warm(corral, {"small": 1})
+    token = corral.create_token("browser", "read")[1]
+
+    with browser(tmp_path / "profile") as chromium:
+        page = chromium.new_page()
+        open_signed_in(page, f"{corral.url}/", token)
+        page.goto(f"{corral.url}/")
+        expect(page.locator("body"), "the reloaded page rendered, no form").to_have_attribute("data-rendered", "true")
+        page.locator("#forget").click()
+        expect(page.locator("#login-error"), "signed out").to_have_text("Signed out.")
+        left = [cookie["name"] for cookie in page.context.cookies()]
+        page.goto(f"{corral.url}/")
+        expect(page.locator("#login"), "the form again after a reload").to_be_visible()
+        reason = page.locator("#login-error").text_content()
+
+    assert DASHBOARD_COOKIE not in left
+    assert reason == "", "a browser that never signed in is simply asked, not told of a refusal"
 
 
 @needs_chromium
@@ -188,11 +271,15 @@ def test_the_dashboard_asks_again_when_the_token_is_refused(
     corral = start_corral({"small": pool_spec(["small"], min_idle=1)})
     warm(corral, {"small": 1})
 
-    dom = render(f"{corral.url}/?token=corral_wrong_token", tmp_path / "profile")
+    with browser(tmp_path / "profile") as chromium:
+        page = chromium.new_page()
+        dom = open_signed_in(page, f"{corral.url}/", "corral_wrong_token")
+        cookies = page.context.cookies()
 
     assert "the token was refused" in dom
     assert re.search(r'<section id="login" class="login">', dom), "the token form is shown"
     assert "data-pool" not in dom and "corral_wrong_token" not in dom
+    assert cookies == [], "a refused token sets no cookie"
 
 
 @needs_chromium
@@ -204,7 +291,11 @@ def test_a_job_link_opens_its_story_with_why_it_waits(
     wait_until(lambda: corral.api().get(f"/api/v1/jobs/{job}").status_code == 200, timeout=20, what="job recorded")
     token = corral.create_token("browser", "read")[1]
 
-    dom = render(f"{corral.url}/?token={token}#job={job}", tmp_path / "profile")
+    with browser(tmp_path / "profile") as chromium:
+        page = chromium.new_page()
+        open_signed_in(page, f"{corral.url}/#job={job}", token)
+        expect(page.locator("#job-story"), "the job's story").to_be_visible()
+        dom = page.content()
 
     assert f"Job {job}: octo-org/app, queued, no pool" in dom
     assert "<b>no_pool</b>: no pool has every label it asks for (gpu)" in dom
@@ -227,7 +318,11 @@ def test_scale_set_jobs_are_listed_and_their_story_opens(
     request = wait_until(served, timeout=30, what="the scale-set job served and recorded")
     token = corral.create_token("browser", "read")[1]
 
-    dom = render(f"{corral.url}/?token={token}#scale-set-job={request}", tmp_path / "profile")
+    with browser(tmp_path / "profile") as chromium:
+        page = chromium.new_page()
+        open_signed_in(page, f"{corral.url}/#scale-set-job={request}", token)
+        expect(page.locator("#job-story"), "the scale-set job's story").to_be_visible()
+        dom = page.content()
 
     assert '<div id="scale-set-jobs-section">' in dom, "the scale-set jobs' table is shown"
     assert f"Scale-set job request {request}: {ORG}/app, completed, ci" in dom

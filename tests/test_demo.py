@@ -1,28 +1,40 @@
-"""`corral demo` as a newcomer runs it: jobs are served, the printed dashboard URL works, and when it ends,
-by time or by Ctrl-C, nothing is left in the cloud or on GitHub and the exit status says so."""
+"""`corral demo` as a newcomer runs it: jobs are served, the printed dashboard URL and token work, and when it
+ends, by time or by Ctrl-C, nothing is left in the cloud or on GitHub and the exit status says so. The newcomer
+is an OpenStack user: the shell names a clouds.yaml of their own, which the demo must leave alone."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+
+from corral.sandbox.server import APP_CREDENTIAL_CLOUD_NAME, CLOUD_NAME, SECOND_CLOUD_NAME
+from tests.hostile_shell import closed_port_url, hostile_variables
 
 pytestmark = pytest.mark.e2e  # starts child processes
 
 DEMO = [sys.executable, "-m", "corral.cli", "demo", "--port", "0", "--jobs-per-minute", "60"]
 
 
-def start(*args: str) -> subprocess.Popen[str]:
+def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*DEMO, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        [*DEMO, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
     )
+
+
+def openstack_users_shell(folder: Path) -> dict[str, str]:
+    """This environment plus another cloud's clouds.yaml, secure.yaml and `OS_*` variables, with entries named
+    like the sandbox's (the demo once served 0 of 20 jobs in such a shell, talking to the user's cloud)."""
+    names = [CLOUD_NAME, SECOND_CLOUD_NAME, APP_CREDENTIAL_CLOUD_NAME]
+    return {**os.environ, **hostile_variables(folder, names, closed_port_url())}
 
 
 @pytest.fixture
@@ -62,17 +74,18 @@ def summary_figures(output: str) -> dict[str, int]:
 
 @pytest.mark.timeout(120)
 def test_a_timed_demo_serves_jobs_shows_a_working_dashboard_and_leaks_nothing(
-    demos: list[subprocess.Popen[str]],
+    demos: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
-    demo = start("--duration", "15")
+    demo = start("--duration", "15", env=openstack_users_shell(tmp_path))
     demos.append(demo)
     assert demo.stdout is not None
     seen: list[str] = []
-    url = read_until(demo.stdout, r"dashboard: (http://\S+)", seen)[1]
-    token = parse_qs(urlsplit(url).query)["token"][0]
-    with httpx.Client(base_url=url.split("/?")[0], timeout=10) as client:
-        assert "<title>corral</title>" in client.get("/").text
-        pools = client.get("/api/v1/summary", headers={"Authorization": f"Bearer {token}"}).json()["pools"]
+    printed = read_until(demo.stdout, r"dashboard: (http://\S+/) \(sign in with this read token: (\S+)\)", seen)
+    url, token = printed[1], printed[2]
+    with httpx.Client(base_url=url, timeout=10) as browser_like:
+        assert "<title>corral</title>" in browser_like.get("/").text
+        assert browser_like.post("/dashboard/session", json={"token": token}).status_code == 204
+        pools = browser_like.get("/api/v1/summary").json()["pools"]
     assert {pool["name"]: pool["default"] for pool in pools} == {"small": True, "large": False, "gpu": False}
 
     rest, _ = demo.communicate(timeout=100)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
 import sqlite3
 import time
@@ -122,6 +123,9 @@ def setup(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Setup:
+    # The doctor reads the environment as `corral serve` does: the sandbox's clouds.yaml, no OS_* of this shell.
+    for name in [name for name in os.environ if name.startswith("OS_")]:
+        monkeypatch.delenv(name)
     monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", sandbox.info.clouds_yaml)
     os_conn.compute.create_keypair(name="ops")
     control.put("/quota", json=ROOMY_QUOTA).raise_for_status()
@@ -421,6 +425,18 @@ def test_a_hanging_cloud_call_gives_up_after_the_timeout(setup: Setup, control: 
     assert "Timeout" in failures(report)["quota"]["detail"]
     assert item(report, "pool small: image")["status"] == "pass"
     assert item(report, "pool small: quota")["status"] == "skipped"
+
+
+def test_a_glance_outage_costs_the_image_check_one_request(setup: Setup, control: httpx.Client) -> None:
+    """openstacksdk retries every Glance call 5 times on a 503, pausing 15.5 s in all: the doctor makes one
+    request, fails the image check at once with Glance's answer, and goes on."""
+    down = {"match": "openstack GET /image/v2/*", "error_rate": 1.0, "status": 503}
+    control.put("/faults", json={"endpoints": [down]}).raise_for_status()
+    code, report = setup.json()
+    assert code == 1
+    assert "HTTP 503" in failures(report)["pool small: image"]["detail"]
+    injected = control.get("/stats").json()["injected_errors"]["openstack"]
+    assert sum(count for endpoint, count in injected.items() if endpoint.startswith("GET /image/v2/")) == 1
 
 
 def test_a_section_past_its_deadline_reports_what_it_found(setup: Setup, control: httpx.Client) -> None:

@@ -127,6 +127,8 @@ def test_at_debug_on_every_logger_no_line_carries_a_secret(
     if auth == "app":
         document["github"] = app_github(sandbox.info)
     capture = EveryRecord()
+    issued: list[str] = []  # the sandbox keeps no config it issued: collect them as they go out
+    sandbox.call(lambda: sandbox.world.github.jit_config_watchers.append(issued.append))
     corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document)
     every_logger_at_debug(capture)  # after uvicorn set up its loggers, so that it does not undo this
     corral.start()
@@ -136,7 +138,6 @@ def test_at_debug_on_every_logger_no_line_carries_a_secret(
         corral.stop()
     streams = capsys.readouterr()
 
-    issued: list[str] = sandbox.call(lambda: list(sandbox.world.github.jit_configs_issued))
     assert len(issued) >= JOBS
     credentials = sandbox.world.credentials
     key_lines = [line for line in Path(sandbox.info.private_key_path).read_text().splitlines() if "-----" not in line]

@@ -1,10 +1,15 @@
 """The dashboard: a static page at `/` and the two read-only endpoints it needs beyond the REST API.
 
 The page itself is public and holds no data: everything it shows comes from the authenticated API
-(`/api/v1/summary`, `/api/v1/runners`, `/api/v1/jobs`, `/api/v1/failures`) with the bearer token the
-operator gives it. So serving the page widens nothing, and what a `read` token may see is decided in one
-place. The page loads nothing from outside corral (its Content-Security-Policy says so), because corral
-often runs where the internet is not reachable and a dashboard must not leak the URL it was opened with.
+(`/api/v1/summary`, `/api/v1/runners`, `/api/v1/jobs`, `/api/v1/failures`) with the token the operator
+signs in with. So serving the page widens nothing, and what a `read` token may see is decided in one
+place. Signing in (`POST /dashboard/session`, the token in a JSON body) checks the token and sets it as an
+HttpOnly, SameSite=Strict cookie (`auth.DASHBOARD_COOKIE`), which the page's scripts cannot read and no
+other site can make the browser send; signing out (`DELETE`) clears it. A token is never taken from the
+URL, where browser history and proxy logs would keep it: `/?token=...` is refused.
+
+The page loads nothing from outside corral (its Content-Security-Policy says so), because corral often runs
+where the internet is not reachable and a dashboard must not leak the URL it was opened with.
 """
 
 from __future__ import annotations
@@ -13,17 +18,21 @@ import statistics
 from collections import Counter
 from datetime import datetime
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Literal, TypedDict
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel
 
-from corral.api.auth import requires
+from corral.api.auth import DASHBOARD_COOKIE, URL_CREDENTIAL_REFUSAL, admit, requires, token_in_url
 from corral.api.views import PoolView, pool_views
 from corral.model import LIVE_STATES, RunnerState
 from corral.service import Service
 from corral.store import jobs, runners
 
+SESSION_S = 12 * 3600
+"""How long a dashboard sign-in lasts (the cookie's Max-Age): a browser left open asks again the next day.
+Revoking the token ends it at once."""
+SIGN_IN_BODY = 'the body must be JSON: {"token": "<an API token with the read scope>"}'
 WAIT_SAMPLE_JOBS = 200
 """How many of the most recently received jobs the wait statistics are taken over."""
 
@@ -37,8 +46,7 @@ CONTENT_SECURITY_POLICY = (
 )
 PAGE_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    # The token may arrive in the URL (`?token=`); the page removes it at once, and no request it makes
-    # may carry the URL elsewhere meanwhile.
+    # No request the page makes may carry its URL (a `#job=` link) elsewhere.
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
@@ -102,6 +110,37 @@ def wait_stats(waits: list[float]) -> WaitStats:
     return WaitStats(samples=len(ordered), median_s=statistics.median(ordered), p90_s=p90, max_s=ordered[-1])
 
 
+async def sign_in_token(request: Request) -> str:
+    """The token a sign-in carries. Only a JSON body is read: a page on another site can post a form here
+    without asking, but not JSON, so it cannot sign this browser in as someone else."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise HTTPException(415, SIGN_IN_BODY)
+    try:
+        body = await request.json()
+    except ValueError:
+        raise HTTPException(400, SIGN_IN_BODY) from None
+    text = body.get("token") if isinstance(body, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise HTTPException(400, SIGN_IN_BODY)
+    return text.strip()
+
+
+class SessionCookieFlags(TypedDict):
+    """`Response.set_cookie` and `delete_cookie` keywords for the dashboard's session cookie."""
+
+    path: str
+    secure: bool
+    httponly: bool
+    samesite: Literal["strict"]
+
+
+def session_cookie_flags(request: Request) -> SessionCookieFlags:
+    """The session cookie's attributes, the same when it is set and when it is cleared (a browser keeps a
+    cookie that a clearing with other attributes does not match): HttpOnly, SameSite=Strict, and Secure when
+    the request came over HTTPS (a browser would drop a Secure cookie set over plain HTTP)."""
+    return SessionCookieFlags(path="/", secure=request.url.scheme == "https", httponly=True, samesite="strict")
+
+
 def static_text(name: str) -> str:
     return resources.files("corral.api").joinpath("static", name).read_text(encoding="utf-8")
 
@@ -113,8 +152,26 @@ def build_dashboard_router(service: Service) -> APIRouter:
     assets = {name: (static_text(name), media_type) for name, media_type in STATIC_FILES.items()}
 
     @router.get("/", include_in_schema=False)
-    async def index() -> Response:
+    async def index(request: Request) -> Response:
+        if token_in_url(request):
+            return Response(URL_CREDENTIAL_REFUSAL + "\n", status_code=400, media_type="text/plain; charset=utf-8")
         return Response(page, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+
+    @router.post("/dashboard/session", include_in_schema=False, status_code=204)
+    async def sign_in(request: Request) -> Response:
+        if token_in_url(request):
+            raise HTTPException(400, URL_CREDENTIAL_REFUSAL)
+        text = await sign_in_token(request)
+        await admit(service.store, text, "read")
+        response = Response(status_code=204)
+        response.set_cookie(DASHBOARD_COOKIE, text, max_age=SESSION_S, **session_cookie_flags(request))
+        return response
+
+    @router.delete("/dashboard/session", include_in_schema=False, status_code=204)
+    async def sign_out(request: Request) -> Response:
+        response = Response(status_code=204)
+        response.delete_cookie(DASHBOARD_COOKIE, **session_cookie_flags(request))
+        return response
 
     @router.get("/dashboard/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

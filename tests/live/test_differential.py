@@ -18,6 +18,7 @@ import pytest
 from openstack import exceptions as os_exceptions
 
 from corral.cloud.openstack import OpenStackProvider
+from corral.local import sandbox_connection
 from corral.sandbox.server import Sandbox
 from corral.sandbox.world import Timings
 from tests.live.differential import Side, compare, run_script
@@ -44,8 +45,7 @@ def _ids(conn: openstack.connection.Connection, live: LiveCloud) -> tuple[str, s
 
 def _sandbox_connection(sandbox: Sandbox) -> openstack.connection.Connection:
     """A connection to the sandbox that ignores OS_CLIENT_CONFIG_FILE, which names the live cloud's file."""
-    config = openstack.config.OpenStackConfig(config_files=[sandbox.info.clouds_yaml], load_envvars=False)
-    return openstack.connection.Connection(config=config.get_one(cloud=sandbox.info.cloud_name))
+    return sandbox_connection(sandbox.info)
 
 
 @contextmanager

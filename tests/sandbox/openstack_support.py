@@ -5,12 +5,13 @@ from __future__ import annotations
 import openstack
 import openstack.config
 
+from corral.local import sandbox_cloud_config
 from corral.sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 
 def connect(sandbox: Sandbox, cloud: str, **auth: str) -> openstack.connection.Connection:
-    config = openstack.config.OpenStackConfig(config_files=[sandbox.info.clouds_yaml])
+    config = sandbox_cloud_config(sandbox.info.clouds_yaml)
     region = config.get_one(cloud=cloud, auth=auth) if auth else config.get_one(cloud=cloud)
     return openstack.connection.Connection(config=region)
 

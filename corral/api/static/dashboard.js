@@ -4,7 +4,6 @@
 "use strict";
 
 (() => {
-  const TOKEN_KEY = "corral.token";
   const POLL_MS = 1500;
   const STALE_MS = 6000;
   const SVG_NS = "http://www.w3.org/2000/svg";
@@ -19,21 +18,27 @@
   let timer = null;
   let poolColors = new Map();
   let selectedJob = null; // {kind: "job" | "scale-set-job", id}
+  let signedIn = false; // a poll succeeded since the page loaded or the form signed in
   const STORY_PATHS = { job: "api/v1/jobs", "scale-set-job": "api/v1/scale-set-jobs" };
 
-  // -- the token: from ?token= once, then from this tab's sessionStorage ----------------------------
+  // -- signing in: the form posts the token once; corral keeps it in an HttpOnly cookie ---------------
+  // The page never holds the token after that (scripts cannot read the cookie), and never reads one from
+  // the URL, where browser history and proxy logs would keep it.
 
-  function takeTokenFromUrl() {
-    const url = new URL(window.location.href);
-    const token = url.searchParams.get("token");
-    if (token === null) return;
-    url.searchParams.delete("token");
-    window.history.replaceState(null, "", url.pathname + url.search + url.hash);
-    if (token.trim()) sessionStorage.setItem(TOKEN_KEY, token.trim());
+  async function signIn(value) {
+    const response = await fetch("dashboard/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ token: value }),
+      cache: "no-store",
+    });
+    if (response.status === 401) throw new Unauthorized("the token was refused");
+    if (response.status === 403) throw new Unauthorized("this token's scope cannot read the API");
+    if (!response.ok) throw new Error(`signing in: HTTP ${response.status}`);
   }
 
-  function token() {
-    return sessionStorage.getItem(TOKEN_KEY);
+  async function signOut() {
+    await fetch("dashboard/session", { method: "DELETE", cache: "no-store" });
   }
 
   function showLogin(message) {
@@ -219,7 +224,12 @@
           ...Object.entries(pool.placement_rollouts || {}).map(([key, rollout]) => rolloutText(rollout, key)),
           pool.intake === "scale_set"
             ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
-                (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`)
+                (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`) +
+                (pool.listener_restarts ? `, ${pool.listener_restarts} listener restarts` : "") +
+                (pool.session_error
+                  ? `, ${pool.session === "listening" ? "last error" : "failing"} since ` +
+                    `${clock(pool.session_error_since)}: ${pool.session_error}`
+                  : "")
             : "",
         ),
       );
@@ -414,8 +424,8 @@
   class Unauthorized extends Error {}
 
   async function get(path) {
-    const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` }, cache: "no-store" });
-    if (response.status === 401) throw new Unauthorized("the token was refused");
+    const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+    if (response.status === 401) throw new Unauthorized(signedIn ? "the token was refused" : "");
     if (response.status === 403) throw new Unauthorized("this token's scope cannot read the API");
     if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
     return response.json();
@@ -423,7 +433,6 @@
 
   async function poll() {
     timer = null;
-    if (!token()) return showLogin();
     try {
       const [summary, runners, jobs, scaleSetJobs, failures] = await Promise.all([
         get("api/v1/summary"),
@@ -441,12 +450,16 @@
       renderFailures(failures);
       renderJobStory(selectedJob === null ? null : await jobStory(selectedJob));
       lastSuccess = Date.now();
+      signedIn = true;
+      $("login").hidden = true;
+      $("board").hidden = false;
+      $("forget").hidden = false;
       setConnection("live", "pill-ok");
       document.body.dataset.rendered = "true";
     } catch (error) {
       if (error instanceof Unauthorized) {
-        sessionStorage.removeItem(TOKEN_KEY);
-        return showLogin(`${error.message}; give another token.`);
+        signedIn = false;
+        return showLogin(error.message && `${error.message}; give another token.`);
       }
       const stale = Date.now() - lastSuccess > STALE_MS;
       setConnection(stale ? "disconnected, retrying" : "retrying", stale ? "pill-bad" : "pill-wait");
@@ -455,14 +468,18 @@
   }
 
   function init() {
-    takeTokenFromUrl();
-    $("login-form").addEventListener("submit", (event) => {
+    $("login-form").addEventListener("submit", async (event) => {
       event.preventDefault();
       const input = $("token-input");
       const value = input.value.trim();
       input.value = "";
       if (!value) return;
-      sessionStorage.setItem(TOKEN_KEY, value);
+      try {
+        await signIn(value);
+      } catch (error) {
+        return showLogin(error instanceof Unauthorized ? `${error.message}; give another token.` : error.message);
+      }
+      signedIn = true;
       start();
     });
     // `#job=ID` (or `#scale-set-job=ID`) opens that job's story: a link an operator can hand to whoever asked
@@ -474,12 +491,13 @@
       selectedJob = null;
       renderJobStory(null);
     });
-    $("forget").addEventListener("click", () => {
-      sessionStorage.removeItem(TOKEN_KEY);
-      showLogin("Token forgotten.");
+    $("forget").addEventListener("click", async () => {
+      signedIn = false;
+      await signOut();
+      showLogin("Signed out.");
     });
-    if (token()) start();
-    else showLogin();
+    // A sign-in of this browser may still hold (the cookie): try it; a 401 shows the form.
+    poll();
   }
 
   init();

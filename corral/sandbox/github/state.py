@@ -15,6 +15,9 @@ Interface the world and the control API rely on:
   `deliveries_view()`, `lost_view()`, `set_rate_limit(remaining, reset_in)`, `snapshot()`, `reset()`, `close()`.
 - `actions`: the Actions service of the runner scale-set protocol (`github/actions/`), rebuilt on reset with
   the settings this state was made with.
+- `jit_config_watchers`: callables handed every `encoded_jit_config` as it is issued (emptied on reset). The
+  state itself keeps no config, only each registered runner's secret: tests that look for configs where
+  none may be watch for them instead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral.sandbox.github import jitconfig, payloads
@@ -71,8 +75,8 @@ class GitHubState:
         self.clock_offset_s = 0.0
         self.pat_scopes: list[str] = list(PAT_SCOPES)
         self.hook_insecure_ssl = "0"
-        # Every `encoded_jit_config` handed out since the last reset: tests look for them where none may be.
-        self.jit_configs_issued: list[str] = []
+        # Keeping every config handed out grew without bound (38 MB at 10k runners); whoever needs them watches.
+        self.jit_config_watchers: list[Callable[[str], None]] = []
         self.actions = ActionsService(self.world, self, dataclasses.replace(self._actions_settings))
         self.scheduler.delegate = self.actions.jobs
 
@@ -138,6 +142,11 @@ class GitHubState:
         for token, (issued_to, _, _) in list(self.tokens.items()):
             if issued_to.id == installation.id:
                 del self.tokens[token]
+
+    def jit_config_issued(self, config: str) -> None:
+        """Hand a newly issued `encoded_jit_config` to the watchers; the state keeps nothing of it."""
+        for watch in self.jit_config_watchers:
+            watch(config)
 
     def set_rate_limit(self, remaining: int, reset_in: int) -> None:
         """Give every credential `remaining` requests until `reset_in` seconds from now."""

@@ -104,7 +104,7 @@ class ActionsService:
             raise errors.agent_exists(name) from exc
         runner.scale_set_id = scale_set.id
         config = jitconfig.encode(runner, self.world.github_url, scale_set.tenant.owner_path)
-        self.state.jit_configs_issued.append(config)
+        self.state.jit_config_issued(config)
         return runner, config
 
     # -- sessions ------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def _register_scope(router: APIRouter, state: GitHubState, kind: ScopeKind, pref
             raise not_found()
         runner = state.scheduler.register(where.scope, name, group_id, labels, work_folder)
         config = jitconfig.encode(runner, state.world.github_url, where.owner_path)
-        state.jit_configs_issued.append(config)
+        state.jit_config_issued(config)
         return JSONResponse({"runner": payloads.runner(runner), "encoded_jit_config": config}, status_code=201)
 
     async def registration_token(request: Request) -> JSONResponse:
