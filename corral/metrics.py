@@ -139,6 +139,13 @@ SCALE_SET_RECOVERIES = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+SCALE_SET_LISTENER_RESTARTS = Counter(
+    "corral_scale_set_listener_restarts_total",
+    "Scale-set listeners started again after an error they have no recovery for (a database error, an "
+    "unforeseen answer), by pool",
+    ["pool"],
+    registry=REGISTRY,
+)
 LEASE_LOSSES = Counter(
     "corral_lease_losses_total",
     "Pool leases this replica lost because it did not renew them in time (paused, partitioned, overloaded)",
@@ -154,6 +161,18 @@ LEASE_FAILOVER_SECONDS = Histogram(
 POOLS_HELD = Gauge("corral_pools_held", "Pools (and the housekeeping lease) this replica holds", registry=REGISTRY)
 DATABASE_ERRORS = Counter(
     "corral_database_errors_total", "Database calls that failed, by kind", ["kind"], registry=REGISTRY
+)
+DEPENDENCY_UP = Gauge(
+    "corral_dependency_up",
+    "Whether a dependency (database, ...) answered its last call: 1 yes, 0 in an outage (corral.outages)",
+    ["dependency"],
+    registry=REGISTRY,
+)
+DEPENDENCY_OUTAGES = Counter(
+    "corral_dependency_outages_total",
+    "Outages of a dependency begun (each logged once)",
+    ["dependency"],
+    registry=REGISTRY,
 )
 WEBHOOKS = Counter("corral_webhooks_total", "Webhook deliveries by outcome", ["outcome"], registry=REGISTRY)
 JOBS_RECOVERED = Counter(

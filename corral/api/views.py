@@ -10,7 +10,7 @@ from corral.cloud.quota import servers_that_fit
 from corral.config import CorralConfig
 from corral.engine.coordinator import Engine
 from corral.engine.rollouts import Rollout
-from corral.engine.scalesets import SessionState
+from corral.engine.scalesets import ScaleSetStatus, SessionState
 from corral.engine.timeline import JobStory
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
@@ -94,6 +94,12 @@ class PoolView(BaseModel):
     """Job messages a scale-set pool's listener handled since its replica took the pool (None elsewhere)."""
     recoveries: int | None = None
     """...and how often it recovered (a token renewed, a session opened anew, a scale set created again)."""
+    listener_restarts: int | None = None
+    """...and how often its listener stopped on an error it had no recovery for and was started again."""
+    session_error: str | None = None
+    """Why the listener last failed (kept once it listens again: `session` says whether it still fails)..."""
+    session_error_since: datetime | None = None
+    """...and since when it failed with that error."""
 
 
 def rollout_views(config: CorralConfig, engine: Engine, name: str) -> dict[str, RolloutView]:
@@ -138,6 +144,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
             queued_jobs=snapshot.queued_jobs,
         )
         scale_set_id, session, job_messages, recoveries = None, None, None, None
+        scale_set: ScaleSetStatus | None = None
         if name in remote:
             ready, reason = snapshot.ready, snapshot.reason
             if pool is not None and pool.intake == "scale_set":
@@ -185,6 +192,9 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 quota_short=list(snapshot.quota_short),
                 job_messages=job_messages,
                 recoveries=recoveries,
+                listener_restarts=scale_set.restarts if scale_set else None,
+                session_error=scale_set.error if scale_set else None,
+                session_error_since=scale_set.error_since if scale_set else None,
                 rollout=rollouts.pop(name, None),
                 placement_rollouts=rollouts,
             )

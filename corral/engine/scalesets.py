@@ -15,7 +15,12 @@ Recovery is the point of this module, because it is where the other managers fai
 - an expired queue token is refreshed (`PATCH` the session), an evicted session is opened anew, a scale
   set GitHub deleted (it does after days idle) is created again, the admin token is renewed a minute
   before it expires (`ActionsService`);
-- any other error backs the listener off (1 s doubling to 60 s) and is logged once and counted.
+- any other error from GitHub backs the listener off (1 s doubling to 60 s) and is logged once and counted;
+- what has no recovery of its own (a database error, an answer nobody foresaw) would end the listener's task
+  silently and leave the pool deaf while its status said `listening`: the listener is supervised, so it is
+  logged with its traceback, shown in the pool's status (`failing`, the error and since when), counted in
+  `corral_scale_set_listener_restarts_total{pool}`, and the listener starts again after a backoff (1 s
+  doubling to 60 s), keeping its scale set and session.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
+from corral import outages, secrets
 from corral.clock import utcnow
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.engine.backoff import Backoff, LogOnce
@@ -43,7 +49,12 @@ from corral.github.scaleset import (
     SessionConflict,
     Statistics,
 )
-from corral.metrics import SCALE_SET_MESSAGES, SCALE_SET_POLLS, SCALE_SET_RECOVERIES
+from corral.metrics import (
+    SCALE_SET_LISTENER_RESTARTS,
+    SCALE_SET_MESSAGES,
+    SCALE_SET_POLLS,
+    SCALE_SET_RECOVERIES,
+)
 from corral.model import CAPACITY_STATES, Reason
 from corral.store import Store, pools, runners, scaleset_jobs
 
@@ -67,14 +78,49 @@ class ScaleSetStatus:
     state: SessionState = SessionState.STARTING
     statistics: Statistics | None = None
     error: str | None = None
+    """Why the listener last failed; kept once it listens again (`state` says whether it still fails)."""
+    error_since: datetime | None = None
+    """When the listener began failing with `error` (the first of its failures in a row)."""
+    restarts: int = 0
+    """Times the listener stopped on an error it has no recovery for and was started again, since this
+    replica took the pool (`corral_scale_set_listener_restarts_total` counts them too)."""
     job_messages: int = 0
     """Job messages handled since this replica took the pool (each counted once, redeliveries not)."""
     recoveries: int = 0
     """Recoveries since then, of every kind (`corral_scale_set_recoveries_total` has them by kind)."""
 
 
+def jobs_awaiting_runners(statistics: Statistics | None, busy: int) -> int:
+    """The scale set's jobs that want a free runner: assigned to it and not yet running, as of now.
+
+    `statistics` are GitHub's as of the listener's last message; `busy` is how many of the pool's runners
+    corral last saw running a job. Either may be ahead of the other, and each skew once cost a runner no job
+    would take (8 runners for 6 jobs): a job that ended is still counted assigned and running until its
+    `JobCompleted` comes, while its runner may already be gone from corral's count (`assigned - busy` counted
+    it as waiting); a job that started is still counted assigned and not running until its `JobStarted`
+    comes, while corral may already count its runner busy (`assigned - running` counted it as waiting). A
+    running job is counted once in both, so the larger of the two running counts is the one behind neither.
+    """
+    if statistics is None:
+        return 0
+    return max(statistics.assigned - max(statistics.running, busy), 0)
+
+
 def scale_set_name(name: str, pool: PoolConfig) -> str:
     return pool.scale_set_name or name
+
+
+def scale_set_labels(name: str, pool: PoolConfig) -> tuple[str, ...]:
+    """The labels the pool's scale set is registered with: its name first, then the pool's labels, each once
+    (GitHub compares labels ignoring case).
+
+    GitHub routes a job to a scale set when every label of its `runs-on` is one of the set's labels: without
+    its name among them, `runs-on: <scale set name>` (the form GitHub documents) would never be served. GitHub's
+    own listener (actions-runner-controller's `buildRunnerScaleSetLabels`) registers the same."""
+    labels: dict[str, str] = {}
+    for label in (scale_set_name(name, pool), *pool.labels):
+        labels.setdefault(label.lower(), label)
+    return tuple(labels.values())
 
 
 class ScaleSetListener:
@@ -99,6 +145,9 @@ class ScaleSetListener:
         self._on_statistics = on_statistics
         self._log_once = log_once
         self._clock = clock
+        self._restart_backoff = Backoff(base_s=1.0, cap_s=60.0, clock=clock)
+        """Between restarts after errors the listener has no recovery for; reset once it handled a message (or
+        opened a session): polls that hear nothing do not prove the error gone."""
         self.status = ScaleSetStatus()
         self._scale_set: ScaleSet | None = None
         self._session: Session | None = None
@@ -128,10 +177,48 @@ class ScaleSetListener:
 
     def _wanted(self) -> tuple[str, str, tuple[str, ...]]:
         pool = self._settings()
-        return scale_set_name(self.pool, pool), pool.runner_group, tuple(pool.labels)
+        return scale_set_name(self.pool, pool), pool.runner_group, scale_set_labels(self.pool, pool)
 
     async def run(self) -> None:
-        """Listen until cancelled, recovering from whatever the service does."""
+        """Listen until cancelled, started again after any error (see the module's docstring): an exception
+        that ended this task would leave the pool deaf while it showed `listening`."""
+        while True:
+            try:
+                await self._serve()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                wait = self._restart_backoff.failed()
+                self._restarted(exc, wait)
+                await asyncio.sleep(wait)
+
+    def _restarted(self, exc: Exception, wait: float) -> None:
+        """Show, count and log an error the listener had no recovery for; it starts again in `wait` s."""
+        SCALE_SET_LISTENER_RESTARTS.labels(self.pool).inc()
+        self._failing(outages.describe(exc))
+        self.status = replace(self.status, restarts=self.status.restarts + 1)
+        logger.error(
+            "pool %s: the scale set listener stopped on an error it has no recovery for; starting it again in "
+            "%.0fs: %s",
+            self.pool,
+            wait,
+            self.status.error,
+            exc_info=exc,
+        )
+
+    def _failing(self, error: str, state: SessionState = SessionState.FAILING) -> None:
+        """The listener is not listening, for `error`; `error_since` keeps the first failure of a run."""
+        failing = self.status.state in (SessionState.FAILING, SessionState.CONFLICT)
+        since = self.status.error_since if failing and self.status.error_since is not None else utcnow()
+        self.status = replace(self.status, state=state, error=error, error_since=since)
+
+    def _listening(self) -> None:
+        """The listener listens (again): the next error starts a new run of failures."""
+        if self.status.state is not SessionState.LISTENING:
+            self.status = replace(self.status, state=SessionState.LISTENING)
+
+    async def _serve(self) -> None:
+        """Listen, recovering from whatever the service does; raises only what has no recovery here."""
         backoff = Backoff(base_s=1.0, cap_s=60.0, clock=self._clock)
         # A conflict is most often a session the pool's former holder is closing right now (a lease handed
         # over): asking again costs one call, so it is asked often, not after minutes.
@@ -149,7 +236,7 @@ class ScaleSetListener:
             except SessionConflict:
                 wait = conflicts.failed()
                 self._recovered("session_conflict")
-                self.status = replace(self.status, state=SessionState.CONFLICT, error="another session holds it")
+                self._failing("another session holds it", SessionState.CONFLICT)
                 self._log_once.warning(
                     f"scaleset:{self.pool}",
                     f"pool {self.pool}: scale set {self.scale_set_id} has a session corral does not know "
@@ -168,7 +255,7 @@ class ScaleSetListener:
             except (GitHubError, KeyError, ValueError) as exc:
                 wait = backoff.failed()
                 self._recovered("error")
-                self.status = replace(self.status, state=SessionState.FAILING, error=str(exc)[:300])
+                self._failing(secrets.redact(str(exc))[:300])
                 self._log_once.warning(
                     f"scaleset:{self.pool}", f"pool {self.pool}: scale set intake failed, again in {wait:.0f}s: {exc}"
                 )
@@ -179,7 +266,7 @@ class ScaleSetListener:
         pool = self._settings()
         name = scale_set_name(self.pool, pool)
         group_id = await self._service.runner_group_id(pool.runner_group)
-        labels = list(pool.labels)
+        labels = list(scale_set_labels(self.pool, pool))
         current = self._scale_set
         if current is None or current.name != name or current.runner_group_id != group_id:
             current = await self._service.find_scale_set(group_id, name)
@@ -198,6 +285,7 @@ class ScaleSetListener:
         """Open the scale set's session; a conflict with this pool's own earlier session is taken over."""
         assert self._scale_set is not None
         if self._session is not None:
+            self._listening()  # started again after an error, on the session it had
             return
         try:
             session = await self._service.create_session(self._scale_set.id, self._owner)
@@ -219,7 +307,8 @@ class ScaleSetListener:
         self._session = session
         self._last_message_id = 0
         self._take(session.statistics)
-        self.status = replace(self.status, state=SessionState.LISTENING, error=None)
+        self._listening()
+        self._restart_backoff.succeeded()
         logger.info("pool %s: listening on scale set %d (session %s)", self.pool, self._scale_set.id, session.id)
 
     async def _listen(self) -> None:
@@ -246,9 +335,12 @@ class ScaleSetListener:
                 return
             if message is None:
                 SCALE_SET_POLLS.labels("empty").inc()
+                self._listening()
                 continue
             SCALE_SET_POLLS.labels("message").inc()
             await self._handle(session, message)
+            self._listening()
+            self._restart_backoff.succeeded()
 
     async def _delete_superseded(self) -> None:
         """Delete the scale sets a new one replaced, once the last runner made before then is gone (one GitHub

@@ -169,6 +169,20 @@ def test_classic_jobs_and_runners_stay_apart_from_scale_sets(client: ScaleSetCli
     assert (job(control, other_org["id"])["status"], job(control, other_org["id"])["scale_set"]) == ("queued", None)
 
 
+def test_a_job_goes_to_a_scale_set_whose_labels_hold_all_of_its_own_the_name_only_if_registered(
+    client: ScaleSetClient, control: httpx.Client
+) -> None:
+    """GitHub routes by the labels a scale set was registered with: its listener registers the name among them
+    (actions-runner-controller's `buildRunnerScaleSetLabels`) so that `runs-on: <name>` reaches it."""
+    named = client.create_scale_set("ci-gpu", labels=["ci-gpu", "gpu", "linux"])
+    unnamed = client.create_scale_set("ci-arm", labels=["arm", "linux"])
+    for labels in (["ci-gpu"], ["CI-GPU", "gpu"], ["gpu", "linux"]):
+        assert job(control, submit(control, labels)["id"])["scale_set"]["scale_set_id"] == named["id"], labels
+    assert job(control, submit(control, ["arm"])["id"])["scale_set"]["scale_set_id"] == unnamed["id"]
+    for labels in (["ci-arm"], ["ci-gpu", "arm"], ["gpu", "x64"]):
+        assert job(control, submit(control, labels)["id"])["scale_set"] is None, f"{labels}: no set has them all"
+
+
 def test_a_job_queued_before_its_scale_set_existed_moves_to_it(client: ScaleSetClient, control: httpx.Client) -> None:
     early = submit(control, ["linux"])
     assert job(control, early["id"])["scale_set"] is None

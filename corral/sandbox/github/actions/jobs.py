@@ -1,9 +1,9 @@
 """Jobs for runner scale sets: routing, assignment, acquisition, runner hand-off, and the messages they make.
 
-A job whose labels are all labels of a scale set that serves its repository (a set is labelled with its name
-unless created with other labels) belongs to scale sets, not to classic runners; one queued before such a set
-exists moves to it when the set appears, and goes back to classic runners if every set that fitted it is
-deleted before it started.
+A job whose labels are all labels of a scale set that serves its repository (the set's name counts only if
+registered as one of them, as GitHub's listener does; a set created with none is labelled with its name)
+belongs to scale sets, not to classic runners; one queued before such a set exists moves to it when the set
+appears, and goes back to classic runners if every set that fitted it is deleted before it started.
 
 On github.com (the default) GitHub assigns the job to a set itself, filling each fitting set up to the
 capacity its listener last advertised (`X-ScaleSetMaxCapacity`; no limit before it advertises one), oldest

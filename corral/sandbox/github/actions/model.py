@@ -50,7 +50,9 @@ class ScaleSet:
 
     def serves(self, repo: Repository, job_labels: list[str]) -> bool:
         """GitHub's routing: the set's scope covers the repository and every label the job asks for is one
-        of the set's (its name, unless it was given others), case-insensitively."""
+        of the set's labels, case-insensitively. Its name is one only when registered among them (or when the
+        set was created with no label): that is why GitHub's own listener registers the name beside its other
+        labels, so that `runs-on: <name>` reaches the set."""
         if not job_labels or not self.scope.serves(repo):
             return False
         mine = {label.lower() for label in self.labels}
