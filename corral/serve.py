@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import signal
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from corral.api.app import build_app
+from corral.engine.supervisor import ActionKind
 from corral.service import Service
 
 logger = logging.getLogger("corral.serve")
@@ -41,9 +43,12 @@ async def serve(service: Service, host: str, port: int) -> None:
         service.stop()
         server.should_exit = True
 
+    signals = itertools.count(1)
+
     def reload() -> None:
-        task = loop.create_task(service.reload())
-        task.add_done_callback(lambda _: None)
+        # Supervised, not a bare task: an exception of the reload is logged once and counted, never lost.
+        key = f"reload:sighup:{next(signals)}"
+        service.engine.supervisor.start(ActionKind.RELOAD, key, service.reload())
 
     loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, stop)

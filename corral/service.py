@@ -19,7 +19,7 @@ from corral.config import CloudConfig, ConfigError, CorralConfig, load_config
 from corral.engine.coordinator import Engine
 from corral.github.client import GitHubClient
 from corral.store import Intake, ServeLock, Store
-from corral.userdata import load_template
+from corral.userdata import UserDataError, load_template
 
 logger = logging.getLogger("corral.service")
 
@@ -37,12 +37,12 @@ class Service:
         replica: str | None = None,
     ) -> None:
         self.config_path = config_path
-        self.config = config
         self.serve_lock = ServeLock(config.database_url)
         self.serve_lock.acquire()
         try:
             self.store = store or Store(config.database_url)
             self.store.migrate()
+            self.store.report_outages()
         except BaseException:
             self.serve_lock.release()
             raise
@@ -60,7 +60,14 @@ class Service:
         self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
+        self._reloading = asyncio.Lock()
         self.engine.reload_config = self.reload
+
+    @property
+    def config(self) -> CorralConfig:
+        """The running configuration: the engine's, which a reload swaps whole (the API and the engine never
+        read two different ones)."""
+        return self.engine.config
 
     @staticmethod
     def _clouds(config: CorralConfig, given: CloudProvider | CloudSet | None) -> CloudSet:
@@ -76,6 +83,8 @@ class Service:
                 config.installation,
                 timeout_s=settings.timeout,
                 connections=settings.max_concurrent_creates + settings.threads,
+                retries=settings.call_retries,
+                retry_time_s=settings.call_retry_time,
             )
 
         return CloudSet(
@@ -115,7 +124,14 @@ class Service:
         self.stop_event.set()
 
     async def reload(self) -> list[str]:
-        """Re-read the config file; an invalid file keeps the running config and returns why."""
+        """Re-read the config file; an invalid file keeps the running config and returns why.
+
+        One reload at a time (the API, SIGHUP and another replica's request may ask at once): each one reads
+        the file and judges it against the config the reload before it left, never against one half applied."""
+        async with self._reloading:
+            return await self._reload()
+
+    async def _reload(self) -> list[str]:
         if self.config_path is None:
             return ["this corral was started without a config file; nothing to reload"]
         try:
@@ -142,7 +158,11 @@ class Service:
             problems = [f"clouds: cannot connect a cloud this configuration adds ({exc}); keeping the running one"]
             self.last_reload_problems = problems
             return problems
-        self.config = config
+        except (OSError, UserDataError) as exc:
+            # Checked with the file, but the template may have changed since (or the disk failed).
+            problems = [f"user_data_template: {exc}; keeping the running configuration"]
+            self.last_reload_problems = problems
+            return problems
         self.last_reload_problems = []
         logger.info("configuration reloaded: generation %d, pools %s", self.engine.generation, sorted(config.pools))
         return []

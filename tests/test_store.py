@@ -176,6 +176,39 @@ def test_a_runner_that_took_another_job_is_counted_on_its_own(store: Store) -> N
     assert found is not None and found.runners_started == 1
 
 
+def test_a_job_its_ended_runner_left_in_progress_is_due_at_once_and_after_each_move_of_that_runner(
+    store: Store,
+) -> None:
+    """Issue 25, item 16: the job tracker asks GitHub about such a job in the pass after the runner ended,
+    whatever `stale_job_check` says, and again after the runner's next moves (GitHub may lag a moment)."""
+    runner = add(store)
+    creating = move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED)
+    assert creating is not None
+    booting = move(store, creating, RunnerState.BOOTING, Reason.SERVER_CREATED)
+    assert booting is not None
+    busy = move(store, booting, RunnerState.BUSY, Reason.TOOK_JOB)
+    assert busy is not None
+    store.run_blocking(jobs.record, [delivery("p", queued(5, JobState.IN_PROGRESS, runner_name=runner.name))])
+    long_ago = utcnow() - timedelta(hours=1)  # nothing is stale
+
+    def due() -> list[int]:
+        found = store.run_blocking(
+            jobs.unfinished_without_runner, started_before=long_ago, checked_before=long_ago, limit=10
+        )
+        return [job.id for job in found]
+
+    assert due() == [], "its runner is still busy"
+    finished = move(store, busy, RunnerState.FINISHED, Reason.DEREGISTERED)
+    assert finished is not None
+    assert due() == [5], "its runner ended"
+    store.run_blocking(jobs.checked, 5, status=JobState.IN_PROGRESS, conclusion=None)
+    assert due() == [], "GitHub was asked since"
+    move(store, finished, RunnerState.DELETING, Reason.CLEANUP)
+    assert due() == [5], "due again once the runner moved on"
+    store.run_blocking(jobs.checked, 5, status=JobState.COMPLETED, conclusion="success")
+    assert due() == []
+
+
 def test_a_redelivered_webhook_is_recognised_and_changes_nothing(store: Store) -> None:
     first = store.run_blocking(jobs.record, [delivery("d1", queued(1))])
     again = store.run_blocking(jobs.record, [delivery("d1", queued(1, JobState.COMPLETED))])

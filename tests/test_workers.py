@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from corral.engine.workers import KeyedWorkers
+from corral.engine.workers import KeyedWorkers, KeyStopped
 
 
 class Recorder:
@@ -113,3 +113,109 @@ def test_a_removed_key_stops_its_worker() -> None:
 
     _, keys = asyncio.run(scenario())
     assert keys == {"small"}
+
+
+def test_run_now_returns_when_its_key_is_stopped_or_retired_mid_pass() -> None:
+    """A drain or delete awaiting a pass is answered when the pool's worker ends first (issue 25, item 7)."""
+
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        recorder = Recorder()  # every pass holds until released: it never is
+        workers = KeyedWorkers(recorder.work)
+        workers.ensure(["retired", "stopped"])
+        await until(recorder, lambda: recorder.running["retired"] == 1 and recorder.running["stopped"] == 1)
+        retired = asyncio.ensure_future(workers.run_now("retired"))
+        stopped = asyncio.ensure_future(workers.run_now("stopped"))
+        await asyncio.sleep(0)  # both waiters are waiting on their keys' passes
+        workers.ensure(["stopped"])  # "retired" loses its worker mid-pass (as a lease lost or a pool removed)
+        await workers.stop()
+        async with asyncio.timeout(5.0):
+            outcomes = await asyncio.gather(retired, stopped)
+        return outcomes[0], outcomes[1], await workers.run_now("retired"), recorder.release.is_set()
+
+    assert asyncio.run(scenario()) == (False, False, False, False)
+
+
+def test_run_now_returns_when_its_key_is_cancelled_before_its_worker_ever_ran() -> None:
+    async def scenario() -> bool:
+        workers = KeyedWorkers(Recorder().work)
+        workers.ensure(["new"])
+        waiter = asyncio.ensure_future(workers.run_now("new"))
+        await asyncio.sleep(0)
+        workers.ensure([])  # cancelled before its task first ran: its `finally` never runs
+        async with asyncio.timeout(5.0):
+            return await waiter
+
+    assert asyncio.run(scenario()) is False
+
+
+def test_an_action_on_a_key_waits_for_the_pass_under_way_and_holds_the_next_one() -> None:
+    """An operator's action (a delete) runs in its pool's worker, never beside a pass (issue 25, item 8)."""
+
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        recorder = Recorder()
+        workers = KeyedWorkers(recorder.work)
+        workers.ensure(["small"])
+        await until(recorder, lambda: recorder.running["small"] == 1)
+        action_may_end = asyncio.Event()
+
+        async def action() -> str:
+            order.append(f"action while {recorder.running['small']} pass runs")
+            workers.wake("small")  # due now, yet the pass waits for the action
+            await action_may_end.wait()
+            order.append(f"action ends while {recorder.running['small']} pass runs")
+            return "done"
+
+        called = asyncio.ensure_future(workers.call("small", action))
+        await asyncio.sleep(0)
+        assert workers.queued("small") == 1, "queued behind the pass under way"
+        order.append("pass released")
+        recorder.release.set()
+        await until(recorder, lambda: recorder.runs["small"] == 1)
+        await asyncio.sleep(0)
+        action_may_end.set()
+        async with asyncio.timeout(5.0):
+            order.append(await called)
+        await until(recorder, lambda: recorder.runs["small"] == 2)
+        await workers.stop()
+        return order
+
+    assert asyncio.run(scenario()) == [
+        "pass released",
+        "action while 0 pass runs",
+        "action ends while 0 pass runs",
+        "done",
+    ]
+
+
+def test_an_action_raises_what_it_raised_and_one_on_a_stopped_key_says_why() -> None:
+    async def scenario() -> tuple[str, str, str]:
+        recorder = Recorder()
+        recorder.release.set()
+        workers = KeyedWorkers(recorder.work)
+        workers.ensure(["small"])
+
+        async def broken() -> None:
+            raise ValueError("the action's own error")
+
+        with pytest.raises(ValueError) as raised:
+            await workers.call("small", broken)
+        held = Recorder()
+        blocked = KeyedWorkers(held.work)
+        blocked.ensure(["busy"])
+        await until(held, lambda: held.running["busy"] == 1)
+        queued = asyncio.ensure_future(blocked.call("busy", broken))
+        await asyncio.sleep(0)
+        await blocked.stop()
+        with pytest.raises(KeyStopped) as stopped:
+            await queued
+        with pytest.raises(KeyStopped) as missing:
+            await workers.call("unknown", broken)
+        await workers.stop()
+        return str(raised.value), str(stopped.value), str(missing.value)
+
+    assert asyncio.run(scenario()) == (
+        "the action's own error",
+        "pool busy is no longer reconciled by this corral (removed, moved or stopping)",
+        "pool unknown is no longer reconciled by this corral (removed, moved or stopping)",
+    )

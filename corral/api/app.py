@@ -12,7 +12,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral import __version__
@@ -34,11 +35,13 @@ from corral.api.views import (
 from corral.api.webhook import build_webhook_router
 from corral.clock import utcnow
 from corral.config import POOL_NAME_PATTERN
-from corral.engine.coordinator import DeleteOutcome
+from corral.engine.coordinator import DeleteFailed, DeleteOutcome
 from corral.engine.timeline import job_story
+from corral.engine.workers import KeyStopped
 from corral.github.webhooks import MAX_ID
 from corral.metrics import REGISTRY
 from corral.model import JobState, RunnerState
+from corral.outages import DependencyUnavailable
 from corral.service import Service
 from corral.store import jobs as store_jobs
 from corral.store import runners as store_runners
@@ -50,6 +53,8 @@ logger = logging.getLogger("corral.api")
 
 MAX_USAGE_WINDOW = timedelta(days=31)
 MAX_JOBS = 1000
+RETRY_AFTER_OUTAGE_S = 5
+"""What a request that met an outage is told to wait (`Retry-After`) before asking again."""
 """The most jobs one request lists; enough for an operator, bounded for the database."""
 RUNNER_ID_PATTERN = r"^[0-9a-z]{1,32}$"
 """corral's runner ids (`runners.id`, at most 32 characters); anything else cannot name a runner."""
@@ -71,6 +76,14 @@ def build_app(service: Service) -> FastAPI:
         openapi_url=None,
     )
     app.add_middleware(DefaultHeaders)
+
+    @app.exception_handler(DependencyUnavailable)
+    async def unavailable(_request: Request, exc: DependencyUnavailable) -> JSONResponse:
+        """A request that met an outage (logged once, when it began): 503 and when to ask again, rather than
+        a 500 and a traceback for every request while it lasts."""
+        detail = f"corral's {exc.dependency} is unreachable now; try again shortly"
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_OUTAGE_S)})
+
     secret = service.config.github.webhook_secret
     if secret is None:
         logger.warning("no webhook secret configured: /webhook is disabled (jobs are found by polling only)")
@@ -219,7 +232,12 @@ def build_app(service: Service) -> FastAPI:
 
     @app.delete("/api/v1/runners/{runner_id}", status_code=202, tags=["actions"], dependencies=admin)
     async def delete_runner(runner_id: RunnerId) -> dict[str, str]:
-        outcome = await service.engine.delete_runner(runner_id)
+        try:
+            outcome = await service.engine.delete_runner(runner_id)
+        except KeyStopped as exc:
+            raise HTTPException(status_code=503, detail=f"{exc}; try again once it is serving") from None
+        except DeleteFailed as exc:
+            raise HTTPException(status_code=500, detail=str(exc)) from None
         if outcome is DeleteOutcome.MISSING:
             raise HTTPException(status_code=404, detail=f"no runner {runner_id}")
         if outcome is DeleteOutcome.BUSY:

@@ -28,6 +28,7 @@ from corral.github.webhooks import (
 )
 from corral.metrics import DATABASE_ERRORS, QUEUED_TO_RUNNING_SECONDS, WEBHOOKS
 from corral.model import Delivery, DeliveryOutcome, JobState
+from corral.outages import log_unexpected
 from corral.policy import match_pool
 from corral.service import Service
 
@@ -105,7 +106,9 @@ def build_webhook_router(service: Service, secret: bytes) -> APIRouter:
             outcome = await service.intake.record(delivered)
         except Exception:
             DATABASE_ERRORS.labels("intake").inc()
-            logger.exception("cannot record webhook delivery %s; GitHub will retry or corral will redeliver", delivery)
+            log_unexpected(
+                logger, "cannot record webhook delivery %s; GitHub will retry or corral will redeliver", delivery
+            )
             return _answer(503, "unavailable", "cannot record the delivery now; retry later")
         if outcome is DeliveryOutcome.DUPLICATE:
             return _answer(200, "duplicate", "delivery already recorded")

@@ -30,11 +30,12 @@ import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from enum import StrEnum
 from string import Template
+from typing import Any
 
 from corral import __version__
 from corral.clock import utcnow
@@ -50,7 +51,7 @@ from corral.engine.jobs import JobTracker
 from corral.engine.judge import RunnerJudge
 from corral.engine.leases import HOUSEKEEPING, LeaseKeeper
 from corral.engine.messages import Answers
-from corral.engine.observe import Observation, Observer, observe
+from corral.engine.observe import Observation, Observer, Outages, observe
 from corral.engine.pauses import PoolPauses
 from corral.engine.quota import QuotaBudget
 from corral.engine.rollouts import Rollouts
@@ -59,7 +60,7 @@ from corral.engine.scalesets import ScaleSetIntake
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import Mover
-from corral.engine.workers import KeyedWorkers
+from corral.engine.workers import KeyedWorkers, KeyStopped
 from corral.github.client import GitHubClient
 from corral.metrics import ACTION_ERRORS, JOBS, RECONCILE_SECONDS, publish_headroom
 from corral.model import (
@@ -71,6 +72,7 @@ from corral.model import (
     Runner,
     RunnerState,
 )
+from corral.outages import log_unexpected
 from corral.store import Store, jobs, leases, pools, retention, runners
 from corral.store.leases import LeaseLost
 from corral.store.wakes import WakeListener
@@ -80,7 +82,11 @@ logger = logging.getLogger("corral.engine")
 
 RETENTION_EVERY_S = 3600.0
 ANSWER_WAIT_S = 5.0
-"""How long a request passed on to other replicas (a delete, a reload) waits for their answers."""
+"""How long a request passed on to other replicas (a delete, a reload) waits for their answers (a delete: for
+its holder to take it on)."""
+DELETE_OUTCOME_WAIT_S = 300.0
+"""How long a delete passed on waits for its outcome once the holder took it on: the holder's delete waits
+for GitHub and the cloud, each call bounded by its own timeout, as a delete on a single corral does."""
 SHUTDOWN_WAIT_S = 60.0
 """How long a stopping corral waits for creates and deletes under way (what it abandons, the next start finds)."""
 
@@ -94,8 +100,19 @@ class DeleteOutcome(StrEnum):
     GONE = "gone"
     MISSING = "missing"
     FORWARDED = "forwarded"
-    """Its pool is held by another replica: the request was passed on to it (PostgreSQL NOTIFY), which did
-    not answer within ANSWER_WAIT_S (when it does, its own outcome is the answer)."""
+    """Its pool is held by another replica: the request was passed on to it (PostgreSQL NOTIFY), and no
+    replica took it on within ANSWER_WAIT_S (when one does, its own outcome is the answer)."""
+
+
+class DeleteFailed(Exception):
+    """The replica holding a runner's pool took an operator's delete on, and its delete raised."""
+
+
+def _loop_ended(task: asyncio.Task[None]) -> None:
+    if task.cancelled() or task.exception() is None:
+        return
+    ACTION_ERRORS.labels(ActionKind.LOOP.value).inc()
+    logger.error("%s ended unexpectedly; restart corral", task.get_name(), exc_info=task.exception())
 
 
 class Engine:
@@ -183,6 +200,8 @@ class Engine:
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
+        self.outages = Outages()
+        """The clouds' and GitHub's outages, as the looks find them (logged once each way)."""
         self.drained: set[str] = set()
         self._looked_at: dict[str, int] = {}
         """The observation each pool's last full pass (deleting runners included) judged against."""
@@ -206,19 +225,19 @@ class Engine:
         await self._start_workers(stop)
         if self.leases.enabled:
             self._wakes = WakeListener(
-                self.store.url, asyncio.get_running_loop(), self._remote_wake, self.observer.refresh
+                self.store.url,
+                asyncio.get_running_loop(),
+                self._remote_wake,
+                self.observer.refresh,
+                health=self.store.health,
             )
             self._wakes.start()
         self._loops = [
-            asyncio.create_task(
-                self._every(ActionKind.LEASES, self._lease_tick, self.leases.renew_every_s), name="corral-leases"
-            ),
-            asyncio.create_task(self.observer.run(self._stop), name="corral-observer"),
-            asyncio.create_task(self._every(ActionKind.POOL_CHECK, self._check_due_pools, 1.0), name="corral-checks"),
-            asyncio.create_task(
-                self._every(ActionKind.JOB_UPKEEP, self._job_upkeep, None, self._ask_github), name="corral-jobs"
-            ),
-            asyncio.create_task(self._every(ActionKind.PRUNE, self._prune, RETENTION_EVERY_S), name="corral-prune"),
+            self._loop(self._every(ActionKind.LEASES, self._lease_tick, self.leases.renew_every_s), "corral-leases"),
+            self._loop(self.observer.run(self._stop), "corral-observer"),
+            self._loop(self._every(ActionKind.POOL_CHECK, self._check_due_pools, 1.0), "corral-checks"),
+            self._loop(self._every(ActionKind.JOB_UPKEEP, self._job_upkeep, None, self._ask_github), "corral-jobs"),
+            self._loop(self._every(ActionKind.PRUNE, self._prune, RETENTION_EVERY_S), "corral-prune"),
         ]
         await stop.wait()
         self._stop.set()
@@ -239,6 +258,14 @@ class Engine:
             await self.leases.leave()
         self.creator.close()
         self._cloud_threads.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _loop(loop: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """One of the engine's loops as a task. Each catches what its steps raise; should the loop itself end
+        on an exception (a bug), that is logged and counted now, not found (or lost) when corral stops."""
+        task = asyncio.create_task(loop, name=name)
+        task.add_done_callback(_loop_ended)
+        return task
 
     def _ask_github_in(self, after_s: float) -> None:
         """Run job upkeep (which asks GitHub about uncertain jobs) in `after_s` seconds."""
@@ -281,8 +308,12 @@ class Engine:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                ACTION_ERRORS.labels(kind.value).inc()
-                logger.exception("%s failed unexpectedly; trying again next time", kind.value)
+                log_unexpected(
+                    logger,
+                    "%s failed unexpectedly; trying again next time",
+                    kind.value,
+                    counted=ACTION_ERRORS.labels(kind.value),
+                )
             waiters = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(wake.wait())]
             interval = every_s if every_s is not None else self.config.reconcile_interval
             try:
@@ -294,11 +325,14 @@ class Engine:
     async def apply_config(self, config: CorralConfig) -> None:
         """Adopt a new configuration: pools added, removed or changed converge from their next pass; so do
         clouds (an added one is connected now, a removed one is listed until nothing of corral's is left in
-        it). Raises `CloudError` when an added cloud cannot be connected: the reload then fails."""
+        it). Raises `CloudError` when an added cloud cannot be connected, and `UserDataError` or `OSError`
+        when the template cannot be read: the reload then fails, and nothing of the new config is adopted.
+
+        Everything the new config needs is prepared first; then config, generation and template are swapped in
+        one step, with no await between them, so nothing on the loop ever reads half of a reload."""
+        template = load_template(config.user_data_template)
         await self._connect_added_clouds(config)
-        self.config = config
-        self.generation += 1
-        self.template = load_template(config.user_data_template)
+        self.config, self.generation, self.template = config, self.generation + 1, template
         self.checker.forget()
         await self._check_due_pools()
         await self._sync_workers()
@@ -382,11 +416,20 @@ class Engine:
             self._answers.answer(messages.RELOAD + key, answer)
 
     async def _forwarded_delete(self, runner_id: str) -> None:
+        """Another replica's operator deleted a runner of a pool held here: say at once that it is taken on,
+        then answer with what the delete did, or that it failed (the exception goes on to the supervisor)."""
         runner = await self.store.run(runners.get, runner_id)
-        if runner is not None and self.leases.holds(runner.pool):
+        if runner is None or not self.leases.holds(runner.pool):
+            return
+        answer = f"{messages.DELETED}{runner_id}:"
+        self._notify({answer + messages.ACCEPTED})
+        try:
             outcome = await self.delete_runner(runner_id)
-            logger.info("runner %s: delete passed on by another replica: %s", runner.name, outcome.value)
-            self._notify({f"{messages.DELETED}{runner_id}:{outcome.value}"})
+        except Exception:
+            self._notify({answer + messages.FAILED})
+            raise
+        logger.info("runner %s: delete passed on by another replica: %s", runner.name, outcome.value)
+        self._notify({answer + outcome.value})
 
     async def _reload_asked(self, key: str) -> None:
         """Another replica's operator asked for a reload: re-read this replica's own file and say how it went."""
@@ -505,6 +548,7 @@ class Engine:
             log_once=self.log_once,
             executor=self._cloud_threads,
             volumes=self.config.uses_volumes(),
+            outages=self.outages,
         )
         for name, budget in self.quotas.items():
             budget.refresh(observation.headrooms.get(name), began, began_wall)
@@ -741,16 +785,28 @@ class Engine:
             self._notify({messages.DRAIN_CHANGED})
 
     async def _pass_delete_on(self, runner: Runner) -> DeleteOutcome:
-        """Ask the replica holding the runner's pool to delete it; its outcome, or FORWARDED without one."""
+        """Ask the replica holding the runner's pool to delete it, and answer with its outcome, however long
+        its delete takes (within DELETE_OUTCOME_WAIT_S). FORWARDED only when no replica took it on within
+        ANSWER_WAIT_S; raises `DeleteFailed` when the holder's delete raised."""
         key = messages.DELETE + runner.id
         answers = await self._answers.collect(
-            key, lambda: self._notify({key}), timeout_s=ANSWER_WAIT_S, enough=lambda answers: bool(answers)
+            key,
+            lambda: self._notify({key}),
+            timeout_s=ANSWER_WAIT_S + DELETE_OUTCOME_WAIT_S,
+            first_within_s=ANSWER_WAIT_S,
+            enough=lambda answers: any(answer != messages.ACCEPTED for answer in answers),
         )
+        if messages.FAILED in answers:
+            raise DeleteFailed(f"the replica holding pool {runner.pool} could not delete the runner; its log says why")
         outcomes = [outcome for outcome in DeleteOutcome if outcome.value in answers]
         return outcomes[0] if outcomes else DeleteOutcome.FORWARDED
 
     async def delete_runner(self, runner_id: str) -> DeleteOutcome:
-        """An operator's delete of one runner; refused while it runs a job."""
+        """An operator's delete of one runner; refused while it runs a job.
+
+        It acts in the pool's worker, between two passes (`KeyedWorkers.call`), as the engine's own actions
+        on a pool do: a pass never judges the runner while the delete moves it, nor the reverse. Raises
+        `KeyStopped` when this corral no longer reconciles the pool (it is stopping)."""
         runner = await self.store.run(runners.get, runner_id)
         if runner is None:
             return DeleteOutcome.MISSING
@@ -758,18 +814,36 @@ class Engine:
             return DeleteOutcome.GONE
         if not self.leases.holds(runner.pool):
             return await self._pass_delete_on(runner)
+        try:
+            outcome, needs_pass = await self.workers.call(runner.pool, lambda: self._delete_held(runner_id))
+        except (KeyStopped, LeaseLost):
+            if not self.leases.enabled:
+                raise
+            # The pool moved to another replica while the delete waited for its worker: its new owner acts.
+            return await self._pass_delete_on(runner)
+        if needs_pass:
+            await self.workers.run_now(runner.pool)
+        return outcome
+
+    async def _delete_held(self, runner_id: str) -> tuple[DeleteOutcome, bool]:
+        """The delete itself, in the pool's worker: the runner is read again, as the pass before may have moved
+        it. Also says whether a pass must follow before the delete is under way (a finished runner's)."""
+        runner = await self.store.run(runners.get, runner_id)
+        if runner is None:
+            return DeleteOutcome.MISSING, False
+        if runner.state in (RunnerState.DELETING, RunnerState.DELETED):
+            return DeleteOutcome.GONE, False
         if runner.state is RunnerState.BUSY or (
             self.supervisor.busy(runner.id) and runner.state not in STARTING_STATES
         ):
-            return DeleteOutcome.BUSY
+            return DeleteOutcome.BUSY, False
         if runner.state in (RunnerState.PENDING, RunnerState.CREATING):
             await self.mover.fail(runner, Reason.OPERATOR, "deleted by an operator while starting")
             self.workers.wake(runner.pool)
-            return DeleteOutcome.DELETING
+            return DeleteOutcome.DELETING, False
         if runner.state in (RunnerState.FINISHED, RunnerState.FAILED):
-            await self.workers.run_now(runner.pool)
-            return DeleteOutcome.DELETING
+            return DeleteOutcome.DELETING, True  # the pass (after this action) moves it to deleting
         if await self.cleaner.retire(runner, Reason.OPERATOR, "deleted by an operator"):
             self.workers.wake(runner.pool)  # its place is refilled now, not at the next periodic pass
-            return DeleteOutcome.DELETING
-        return DeleteOutcome.BUSY
+            return DeleteOutcome.DELETING, False
+        return DeleteOutcome.BUSY, False

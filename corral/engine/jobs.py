@@ -23,6 +23,7 @@ from corral.engine.supervisor import ActionKind
 from corral.github.client import GitHubClient, GitHubError
 from corral.metrics import ACTION_ERRORS, GITHUB_ERRORS, JOBS_RECOVERED
 from corral.model import Delivery, Job, JobState, JobUpdate
+from corral.outages import log_unexpected
 from corral.policy import match_pool
 from corral.store import Store, redeliveries
 from corral.store import jobs as store_jobs
@@ -83,8 +84,12 @@ class JobTracker:
                 return await ask(job)
             except Exception:
                 # One job's unexpected answer (a body githubkit cannot parse) must not stop the others.
-                ACTION_ERRORS.labels(ActionKind.JOB_UPKEEP.value).inc()
-                logger.exception("asking GitHub about job %d failed unexpectedly; asking again later", job.id)
+                log_unexpected(
+                    logger,
+                    "asking GitHub about job %d failed unexpectedly; asking again later",
+                    job.id,
+                    counted=ACTION_ERRORS.labels(ActionKind.JOB_UPKEEP.value),
+                )
                 return None
 
         async def ask(job: Job) -> str | None:

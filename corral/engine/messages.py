@@ -19,7 +19,12 @@ LOOK_NOW = "~look"
 DELETE = "~delete:"
 """`~delete:<runner id>`: an operator's delete, passed on to the replica holding the runner's pool."""
 DELETED = "~deleted:"
-"""`~deleted:<runner id>:<outcome>`: what the holder did with a delete passed on to it."""
+"""`~deleted:<runner id>:<outcome>`: what the holder did with a delete passed on to it. It answers `accepted`
+at once, then the outcome when its delete is done (a slow cloud may take longer than the wait for an answer)."""
+ACCEPTED = "accepted"
+"""The holder took a delete on; its outcome follows."""
+FAILED = "failed"
+"""The holder's delete raised (its log says why)."""
 RELOAD = "~reload:"
 """`~reload:<key>:<sender>`: every other replica reloads its own config file."""
 RELOADED = "~reloaded:"
@@ -33,9 +38,16 @@ class Answers:
         self._waiting: dict[str, list[asyncio.Queue[str]]] = {}
 
     async def collect(
-        self, key: str, send: Callable[[], None], *, timeout_s: float, enough: Callable[[list[str]], bool]
+        self,
+        key: str,
+        send: Callable[[], None],
+        *,
+        timeout_s: float,
+        enough: Callable[[list[str]], bool],
+        first_within_s: float | None = None,
     ) -> list[str]:
-        """Send a request, then gather the answers for `key` until `enough(answers)` or `timeout_s` passes.
+        """Send a request, then gather the answers for `key` until `enough(answers)` or `timeout_s` passes;
+        with `first_within_s`, stop sooner if no answer at all comes within it (nobody took the request on).
 
         The waiter is registered before `send`, so an answer cannot arrive before anybody listens for it."""
         queue: asyncio.Queue[str] = asyncio.Queue()
@@ -45,6 +57,9 @@ class Answers:
             send()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout_s):
+                    if first_within_s is not None:
+                        async with asyncio.timeout(first_within_s):
+                            answers.append(await queue.get())
                     while not enough(answers):
                         answers.append(await queue.get())
         finally:

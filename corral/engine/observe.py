@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
@@ -20,12 +21,14 @@ from typing import TypeVar
 
 from corral.clock import utcnow
 from corral.cloud.clouds import CloudSet
-from corral.cloud.provider import CloudError, CloudServer
+from corral.cloud.provider import CloudError, CloudServer, CloudTransientError
 from corral.cloud.quota import Headroom
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
+from corral.engine.supervisor import ActionKind
 from corral.github.client import GitHubClient, GitHubError, RegisteredRunner
-from corral.metrics import CLOUD_CALLS, GITHUB_ERRORS, OBSERVE_SECONDS
+from corral.metrics import ACTION_ERRORS, CLOUD_CALLS, GITHUB_ERRORS, OBSERVE_SECONDS
+from corral.outages import DependencyHealth, DependencyUnavailable, log_unexpected
 
 logger = logging.getLogger("corral.engine")
 
@@ -64,6 +67,30 @@ class Observation:
         return self.registrations.get(scope_key, {}).get(name)
 
 
+CLOUD_MEANWHILE = "judges none of that cloud's runners by their servers, and lists it again every look"
+"""What corral does while a cloud cannot be listed, as the line that reports the outage says."""
+GITHUB_MEANWHILE = "judges no runner by its registration, and lists them again every look"
+"""What corral does while GitHub does not answer, as the line that reports the outage says."""
+
+
+def github_unreachable(exc: GitHubError) -> bool:
+    """No answer at all, or GitHub's own failure (a 5xx): an outage, not a refusal of what corral asked."""
+    return exc.status is None or exc.status >= 500
+
+
+class Outages:
+    """The clouds' and GitHub's health, kept from one look to the next (the database's is the store's)."""
+
+    def __init__(self) -> None:
+        self._clouds: dict[str, DependencyHealth] = {}
+        self.github = DependencyHealth("github", GITHUB_MEANWHILE)
+
+    def cloud(self, name: str) -> DependencyHealth:
+        if name not in self._clouds:
+            self._clouds[name] = DependencyHealth(f"cloud:{name}", CLOUD_MEANWHILE)
+        return self._clouds[name]
+
+
 async def observe(
     generation: int,
     clouds: CloudSet,
@@ -73,25 +100,36 @@ async def observe(
     log_once: LogOnce,
     executor: Executor | None = None,
     volumes: bool = False,
+    outages: Outages | None = None,
 ) -> Observation:
     """List both sides at once: each cloud in a worker thread, GitHub's scopes concurrently; and read each
     project's headroom (one call to Nova, one to Cinder when a pool has `volumes`). A cloud that cannot be
-    listed is left out of `listed`: absence proves nothing about its runners, while the others are judged."""
+    listed is left out of `listed`: absence proves nothing about its runners, while the others are judged.
+    `outages` is told whether each cloud and GitHub answered (each look is their probe)."""
     started_at = utcnow()
+    began_at = time.monotonic()
 
     several = len(clouds.names) > 1
 
     async def cloud_read(cloud: str, operation: str, call: Callable[[], T], failed: str) -> T | None:
         """One read of a cloud in a worker thread: counted, and its failure logged once (None then)."""
         key = f"cloud:{operation}:{cloud}"
+        # The servers' listing is the cloud's probe: while it finds the cloud unreachable, that is one outage,
+        # logged when it begins and ends (a refusal, by contrast, is a fault of the request, said each minute).
+        health = outages.cloud(cloud) if outages is not None and operation == "list_servers" else None
         try:
             read = await asyncio.get_running_loop().run_in_executor(executor, call)
         except CloudError as exc:
             CLOUD_CALLS.labels(operation, type(exc).__name__).inc()
-            log_once.warning(key, f"{f'cloud {cloud}: ' if several else ''}{failed}: {exc}")
+            if health is not None and isinstance(exc, CloudTransientError):
+                health.failed(exc, began_at)
+            else:
+                log_once.warning(key, f"{f'cloud {cloud}: ' if several else ''}{failed}: {exc}")
             return None
         CLOUD_CALLS.labels(operation, "ok").inc()
         log_once.clear(key)
+        if health is not None:
+            health.succeeded()
         return read
 
     async def servers() -> dict[str, list[CloudServer] | None]:
@@ -122,6 +160,9 @@ async def observe(
         )
         return dict(zip(clouds.names, read, strict=True))
 
+    unreachable: list[GitHubError] = []
+    """Listings that found GitHub unreachable (no answer, or a 5xx) in this look."""
+
     async def registrations(key: str) -> tuple[str, dict[str, RegisteredRunner] | None]:
         scope = ScopeConfig.from_key(key)
         if github.paused_for(scope) > 0:
@@ -130,17 +171,34 @@ async def observe(
             runners = await github.list_runners(scope)
         except GitHubError as exc:
             GITHUB_ERRORS.labels(type(exc).__name__).inc()
-            log_once.warning(f"github:list:{key}", f"cannot list runners of {key}: {exc}")
+            if outages is not None and github_unreachable(exc):
+                unreachable.append(exc)
+            else:
+                log_once.warning(f"github:list:{key}", f"cannot list runners of {key}: {exc}")
             return key, None
         log_once.clear(f"github:list:{key}")
         return key, {runner.name: runner for runner in runners}
 
-    listing = asyncio.ensure_future(servers())
-    limits = asyncio.ensure_future(headrooms())
-    scopes = await asyncio.gather(*(registrations(key) for key in sorted(set(scope_keys))))
-    listed = {cloud: found for cloud, found in (await listing).items() if found is not None}
-    by_scope = {key: found for key, found in scopes if found is not None}
-    read = await limits
+    # One task group: an exception none of these expected (a bug, a scope corral cannot read) ends the look
+    # with every part of it awaited, none left running unheard; the observer logs and counts it once.
+    try:
+        async with asyncio.TaskGroup() as group:
+            listing = group.create_task(servers())
+            limits = group.create_task(headrooms())
+            scopes = [group.create_task(registrations(key)) for key in sorted(set(scope_keys))]
+    except ExceptionGroup as failed:
+        if len(failed.exceptions) == 1:
+            raise failed.exceptions[0] from None  # as it was raised: the log reads as for any other error
+        raise
+    listed = {cloud: found for cloud, found in listing.result().items() if found is not None}
+    by_scope = {key: found for key, found in (scope.result() for scope in scopes) if found is not None}
+    if outages is not None:
+        # GitHub is down when no scope could be listed for want of an answer; one scope listed says it is up.
+        if by_scope:
+            outages.github.succeeded()
+        elif unreachable:
+            outages.github.failed(unreachable[0], began_at)
+    read = limits.result()
     return Observation(
         generation=generation,
         started_at=started_at,
@@ -149,6 +207,14 @@ async def observe(
         registrations=by_scope,
         headrooms=read,
     )
+
+
+def _unexpected(message: str) -> None:
+    """Log the exception being handled once, and count it (`corral_action_errors_total{kind="observe"}`)
+    unless it is a dependency's outage, which is logged and counted as one when it begins."""
+    if not isinstance(sys.exc_info()[1], DependencyUnavailable):
+        ACTION_ERRORS.labels(ActionKind.OBSERVE.value).inc()
+    log_unexpected(logger, message)
 
 
 class Observer:
@@ -191,7 +257,7 @@ class Observer:
             try:
                 observation = await self._look(self.generation + 1)
             except Exception:
-                logger.exception("looking at the cloud and GitHub failed unexpectedly; trying again shortly")
+                _unexpected("looking at the cloud and GitHub failed unexpectedly; trying again shortly")
                 observation = None
             if observation is not None:
                 self.generation = observation.generation
@@ -200,7 +266,7 @@ class Observer:
                 try:
                     await self._on_observed(observation)
                 except Exception:
-                    logger.exception("acting on an observation failed unexpectedly")
+                    _unexpected("acting on an observation failed unexpectedly")
             self._acted = self._begun
             self._done.set()
             waiters = [asyncio.ensure_future(self._asked.wait()), asyncio.ensure_future(stop.wait())]

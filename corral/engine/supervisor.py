@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from corral.metrics import ACTION_ERRORS
+from corral.outages import log_unexpected
 from corral.store.leases import LeaseLost
 
 logger = logging.getLogger("corral.engine")
@@ -32,6 +33,8 @@ class ActionKind(StrEnum):
     PRUNE = "prune"
     LEASES = "leases"
     SCALE_SET = "scale_set"
+    RELOAD = "reload"
+    LOOP = "loop"
 
 
 ErrorHandler = Callable[[BaseException], Awaitable[None]]
@@ -90,14 +93,20 @@ class Supervisor:
             # write. The new owner judges the runner from what is recorded.
             logger.info("%s action %s stopped: %s", kind.value, key, exc)
         except Exception as exc:
-            ACTION_ERRORS.labels(kind.value).inc()
-            logger.exception("%s action %s failed unexpectedly", kind.value, key)
+            log_unexpected(
+                logger, "%s action %s failed unexpectedly", kind.value, key, counted=ACTION_ERRORS.labels(kind.value)
+            )
             if on_error is not None:
                 try:
                     await on_error(exc)
                 except Exception:
-                    ACTION_ERRORS.labels(kind.value).inc()
-                    logger.exception("recording the failure of %s action %s failed too", kind.value, key)
+                    log_unexpected(
+                        logger,
+                        "recording the failure of %s action %s failed too",
+                        kind.value,
+                        key,
+                        counted=ACTION_ERRORS.labels(kind.value),
+                    )
 
     @property
     def count(self) -> int:

@@ -6,13 +6,14 @@ runs one as a transaction off the event loop, `Store.run_blocking` in the callin
 """
 
 from corral.store import jobs, leases, pools, retention, runners, tokens
-from corral.store.database import BlockingCallOnEventLoop, SchemaTooNew, Store
+from corral.store.database import BlockingCallOnEventLoop, DatabaseUnavailable, SchemaTooNew, Store
 from corral.store.intake import Intake
 from corral.store.serve_lock import AnotherCorralServing, ServeLock
 
 __all__ = [
     "AnotherCorralServing",
     "BlockingCallOnEventLoop",
+    "DatabaseUnavailable",
     "Intake",
     "SchemaTooNew",
     "ServeLock",

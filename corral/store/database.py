@@ -32,6 +32,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError
 
 from corral.files import create_private
+from corral.metrics import DATABASE_ERRORS
+from corral.outages import DependencyHealth, DependencyUnavailable, describe
 
 logger = logging.getLogger("corral.store")
 
@@ -46,6 +48,22 @@ MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the advisory lock replicas take
 
 class BlockingCallOnEventLoop(RuntimeError):
     """A blocking database call was made on the event loop: use `await Store.run(...)` there."""
+
+
+class DatabaseUnavailable(DependencyUnavailable):
+    """The database cannot be reached now: a connection refused, or lost again on a fresh one (a restart, a
+    failover, connections refused). Expected while an outage lasts: the store logs the outage once when it
+    begins and once when it ends (`Store.report_outages`), so a caller that meets this tries again later
+    and logs no traceback of its own."""
+
+    dependency = "database"
+
+
+DATABASE_MEANWHILE = (
+    "records no webhook (each is answered 503; once it is back, corral asks GitHub to redeliver them, with an "
+    "App, and polls for queued jobs), starts and retires no runner, and tries again every pass"
+)
+"""What corral does while its database is unreachable, as the line that reports the outage says."""
 
 
 class SchemaTooNew(RuntimeError):
@@ -123,6 +141,13 @@ class Store:
         self._local = threading.local()
         self._connections: list[Connection] = []
         self._connections_lock = threading.Lock()
+        self.health: DependencyHealth | None = None
+        """Told of every transaction's fate once `report_outages` was called (by `corral serve`)."""
+
+    def report_outages(self) -> None:
+        """Log each database outage once when it begins and once when it ends (and keep its metrics): for a
+        long-running corral. A command run once has its error to show instead."""
+        self.health = DependencyHealth("database", DATABASE_MEANWHILE)
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration; safe to run on every start, by any number of replicas
@@ -157,20 +182,43 @@ class Store:
 
     def _transaction(self, query: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """One transaction; retried once on a fresh connection if the server dropped the old one (a
-        PostgreSQL restart or failover, or an administrator ending the session)."""
+        PostgreSQL restart or failover, or an administrator ending the session). A database that cannot be
+        reached raises `DatabaseUnavailable`; any other error is raised as it is."""
+        began_at = self.health.monotonic() if self.health is not None else 0.0
         for attempt in (1, 2):
-            connection = self._connection()
+            connection = self._connect(began_at)
             try:
                 with connection.begin():
-                    return query(connection, *args, **kwargs)
+                    result = query(connection, *args, **kwargs)
             except DBAPIError as exc:
                 if not exc.connection_invalidated:
                     raise
                 self._local.connection = None
                 if attempt == 2:
-                    raise
-                logger.warning("database connection lost (%s); retrying on a new one", type(exc.orig).__name__)
+                    raise self._unavailable(exc, began_at) from exc
+                # No error yet, nor a line of its own: the retry below is what happens next, and if it fails
+                # too, the outage is logged once.
+                logger.debug("database connection lost (%s); retrying on a new one", type(exc.orig).__name__)
+                continue
+            if self.health is not None:
+                self.health.succeeded()
+            return result
         raise AssertionError("unreachable")
+
+    def _connect(self, began_at: float) -> Connection:
+        """This thread's connection, or `DatabaseUnavailable` when the server refuses a new one."""
+        try:
+            return self._connection()
+        except DBAPIError as exc:
+            raise self._unavailable(exc, began_at) from exc
+
+    def _unavailable(self, exc: DBAPIError, began_at: float) -> DatabaseUnavailable:
+        """Note an outage (logged once, when it begins) and the exception that says so to the caller."""
+        cause = exc.orig if isinstance(exc.orig, BaseException) else exc
+        DATABASE_ERRORS.labels("unavailable").inc()
+        if self.health is not None:
+            self.health.failed(cause, began_at)
+        return DatabaseUnavailable(f"the database is unreachable ({describe(cause)})")
 
     async def run(self, query: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `query(connection, ...)` as one transaction in the database's threads."""

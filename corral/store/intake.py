@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from corral.model import Delivery, DeliveryOutcome, IntakeResult
+from corral.outages import log_unexpected
 from corral.store import jobs
 from corral.store.database import Store
 
@@ -55,4 +56,6 @@ class Intake:
                 try:
                     self._on_recorded(result)
                 except Exception:
-                    logger.exception("waking pools after recording webhooks failed; their next pass will see them")
+                    log_unexpected(
+                        logger, "waking pools after recording webhooks failed; their next pass will see them"
+                    )

@@ -42,6 +42,8 @@ COLUMNS = (
     JOBS.c.workflow,
 )
 IN_CLAUSE_CHUNK = 500
+ENDED_RUNNER_STATES = (RunnerState.FINISHED, RunnerState.FAILED, RunnerState.DELETING, RunnerState.DELETED)
+"""A runner in one of these has left its job, if it had one: a job still running on it is asked about."""
 
 
 def to_job(row: Any) -> Job:
@@ -282,25 +284,39 @@ def stale_queued(
 def unfinished_without_runner(
     connection: Connection, *, started_before: datetime, checked_before: datetime, limit: int
 ) -> list[Job]:
-    """Jobs of corral's pools still `in_progress` whose runner is no longer live, not asked recently.
+    """Jobs still `in_progress` whose runner is no longer live: their `completed` webhook may have been lost,
+    only GitHub can say, and until asked they would count as running on the API, the dashboard and in usage.
 
-    Their `completed` webhook may have been lost: only GitHub can say, and until asked they would count as
-    running on the API and dashboard for ever.
+    A job whose runner corral saw end (one of its own, out of the live states) is asked about at once, and
+    again after each later move of that runner (finished, deleting, deleted: three asks at most, in case
+    GitHub had not finished the job when the runner left). Other jobs of corral's pools (their runner
+    unknown to corral) are asked about once they and their last answer are older than `stale_job_check`.
+    Jobs whose runner ended come first.
     """
     if limit <= 0:
         return []
     live = [RunnerState.BOOTING.value, RunnerState.IDLE.value, RunnerState.BUSY.value]
-    running = select(RUNNERS.c.id).where(RUNNERS.c.name == JOBS.c.runner_name, RUNNERS.c.state.in_(live)).exists()
+    ended = [state.value for state in ENDED_RUNNER_STATES]
+    own = RUNNERS.c.name == JOBS.c.runner_name
+    running = select(RUNNERS.c.id).where(own, RUNNERS.c.state.in_(live)).exists()
+    unasked_since_it_ended = (
+        select(RUNNERS.c.id)
+        .where(
+            own,
+            RUNNERS.c.state.in_(ended),
+            JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < RUNNERS.c.state_changed_at),
+        )
+        .exists()
+    )
+    stale = (
+        JOBS.c.pool.is_not(None)
+        & (JOBS.c.received_at < started_before)
+        & (JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < checked_before))
+    )
     query = (
         select(*COLUMNS)
-        .where(
-            JOBS.c.status == JobState.IN_PROGRESS.value,
-            JOBS.c.pool.is_not(None),
-            JOBS.c.received_at < started_before,
-            JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < checked_before),
-            ~running,
-        )
-        .order_by(JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
+        .where(JOBS.c.status == JobState.IN_PROGRESS.value, ~running, unasked_since_it_ended | stale)
+        .order_by(case((unasked_since_it_ended, 0), else_=1), JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
         .limit(limit)
     )
     return [to_job(row) for row in connection.execute(query)]
