@@ -9,7 +9,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
+from corral.cloud.provider import is_quota_fault
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.model import JobState, QueuedJob, Reason, RunnerState
 
@@ -89,6 +91,67 @@ def plan_scale(counts: PoolCounts, *, min_idle: int, max_runners: int) -> ScaleP
     over_want = max(counts.starting + counts.idle - wanted_free, 0)
     surplus_idle = min(counts.idle, max(over_max, over_want))
     return ScalePlan(desired=desired, create=create, surplus_idle=surplus_idle)
+
+
+@dataclass(frozen=True)
+class Outdated:
+    """An idle runner a rollout replaces (on an image its placement no longer keeps, or in a cloud the pool
+    left), and how far its replacement got."""
+
+    runner_id: str
+    cloud: str
+    """The cloud it is in: its replacement goes there while the pool still places runners there."""
+    replacement: Literal["booting", "online"] | None = None
+    """`booting`: a replacement started for it is not online yet; `online`: its replacement is idle, so this
+    runner is the one to retire; None: no replacement is known (none started, it took a job, or it was started
+    before a restart)."""
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A runner to start in place of an outdated one."""
+
+    runner_id: str
+    """The outdated runner it replaces."""
+    cloud: str | None
+    """Where it is made: the replaced runner's own cloud, when one of the pool's usable placements is there
+    (None: where any new runner of the pool goes, the first usable placement with room)."""
+
+
+def retirement_order(outdated: Sequence[Outdated]) -> list[Outdated]:
+    """The order surplus retires outdated runners in: first those whose replacement is online (the surplus is
+    that replacement, and retiring its own runner keeps each cloud's share of the pool), then those without
+    one, last those whose replacement still boots (they stay until it is online). Otherwise as given."""
+    rank = {"online": 0, None: 1, "booting": 2}
+    return sorted(outdated, key=lambda runner: rank.get(runner.replacement, 1))
+
+
+def plan_replacements(
+    outdated: Sequence[Outdated],
+    *,
+    max_surge: int,
+    in_flight: int,
+    min_idle: int,
+    room: int,
+    creating: int,
+    usable: Iterable[str],
+) -> list[Replacement]:
+    """Which outdated idle runners get a replacement this pass, and in which cloud.
+
+    `outdated` are those that stay this pass (not retired as surplus), in the order they go. No more than
+    `max_surge` replacements in flight (`in_flight`: replacements booting, replaced runners still being retired
+    or deleted), no more than the pool keeps warm (`min_idle`: outdated runners above it are surplus, retired
+    as such), within what `max_runners` leaves (`room`) after the `creating` runners this pass starts for
+    demand. A pass that creates for demand replaces too: under a steady stream of jobs nearly every pass
+    does, and a rollout that waited for one that does not would wait as long as the stream lasts. A runner
+    whose replacement boots or is online gets no second one. Each replacement goes to the cloud of the runner
+    it replaces while one of `usable` (the clouds of the pool's usable placements) is that cloud, so a
+    rollout moves no runner between clouds.
+    """
+    count = max(min(len(outdated), min_idle, max_surge - in_flight, room - creating), 0)
+    chosen = [runner for runner in outdated if runner.replacement is None][:count]
+    clouds = set(usable)
+    return [Replacement(runner.runner_id, runner.cloud if runner.cloud in clouds else None) for runner in chosen]
 
 
 @dataclass
@@ -279,9 +342,10 @@ def judge_runner(facts: RunnerFacts) -> Verdict | None:
     if server_gone:
         return Verdict(RunnerState.FAILED, Reason.SERVER_VANISHED, "its server disappeared")
     if server_error:
-        return Verdict(
-            RunnerState.FAILED, Reason.SERVER_ERROR, f"server in ERROR: {facts.server_fault or 'no fault given'}"
-        )
+        fault = facts.server_fault or "no fault given"
+        if is_quota_fault(facts.server_fault):  # creates raced past the quota: the quota failed, not the server
+            return Verdict(RunnerState.FAILED, Reason.CLOUD_QUOTA, f"quota exceeded: server in ERROR: {fault}")
+        return Verdict(RunnerState.FAILED, Reason.SERVER_ERROR, f"server in ERROR: {fault}")
 
     if state is RunnerState.BOOTING:
         if facts.registered and facts.online:

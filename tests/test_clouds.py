@@ -24,7 +24,8 @@ from corral.sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
 from tests.test_config import document, pool, problems_of
 from tests.test_end_to_end import everything_done
-from tests.test_resilience import runner_failures
+from tests.test_lifecycle import converge, online_per_pool
+from tests.test_resilience import failed_events, runner_failures
 from tests.waiting import wait_until
 
 
@@ -358,3 +359,43 @@ def test_a_cloud_that_failed_gets_one_runner_at_a_time_until_one_comes_online_th
     failed = failed_in_east() - before
     # Backoffs of 1, 2 and 4 s run out during the 8 s: a few trials, one runner each.
     assert 1 <= failed <= 4, f"{failed} runners sent to the failing cloud for 20 jobs"
+
+
+def test_a_server_nova_put_in_error_for_quota_is_the_quota_and_the_runner_goes_to_the_next_cloud(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nova counts a server once its conductor schedules it, so creates can race past its quota check; it then
+    puts the surplus in ERROR with a quota fault (seen on Nova 34: 4 quick creates against a quota of 3). That
+    server failed for quota, not as a boot: its runner fails `cloud_quota`, the first cloud backs off for the
+    pool for its `quota_retry` (not the 1 s of a first failed boot), and the replacement goes to the second."""
+    # East's limits unreadable: corral cannot plan within them, so its four creates race past the quota of 3.
+    unreadable = {"match": "openstack GET /compute/v2.1/limits", "error_rate": 1.0, "status": 403}
+    control.put("/faults", json={"endpoints": [unreadable]}).raise_for_status()
+    control.put("/quota", params={"cloud": "one"}, json={"instances": 3}).raise_for_status()
+    control.put("/timings", json={"schedule_delay": 3600}).raise_for_status()  # scheduled by the test, below
+    document = two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}", min_idle=4, max_runners=4)
+    document["clouds"]["east"]["quota_retry"] = "10m"
+    corral = start_corral(document=document)
+    converge(corral, lambda: servers_made(control, "one") == 4, "four creates accepted by the first cloud")
+
+    def schedule() -> None:
+        for cloud in sandbox.world.clouds.values():
+            cloud.schedule_pending()
+
+    sandbox.call(schedule)  # Nova's conductor: three fit, the fourth goes to ERROR
+    converge(
+        corral,
+        lambda: sandbox.call(schedule) is None and online_per_pool(sandbox) == {"small": 4},
+        "four runners online, the last in the second cloud",
+    )
+    assert (servers_made(control, "one"), servers_made(control, "two")) == (4, 1)
+    ((name, reason, message),) = failed_events(corral)
+    assert reason == Reason.CLOUD_QUOTA.value
+    assert message == (
+        "quota exceeded: server in ERROR: Quota exceeded for instances: Requested 1, but already used 3 of 3 instances"
+    )
+    said = [record.getMessage() for record in caplog.records if "failed (cloud_quota)" in record.getMessage()]
+    assert said == [
+        f"pool small: runner {name} failed (cloud_quota), its runners go to west instead of east, "
+        f"trying east again in 600s: {message}"
+    ], "the first cloud waits its quota_retry for the pool"

@@ -3,6 +3,7 @@ runners a few at a time, never a busy one, against the sandbox's Glance and Nova
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from pathlib import Path
@@ -17,9 +18,13 @@ from corral.cloud.provider import ServerSpec
 from corral.config import ConfigError, parse_config
 from corral.engine.rollouts import Rollouts
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
-from corral.model import Reason, Runner, RunnerState
+from corral.model import STARTING_STATES, Reason, Runner, RunnerState
+from corral.policy import Outdated, Replacement, plan_replacements, retirement_order
+from corral.sandbox.cloud.seed import seeded_id
 from corral.sandbox.server import Sandbox
+from corral.sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
+from tests.test_clouds import clouds_of_runners, east_fits, servers_made, two_clouds
 from tests.test_config import document, pool
 from tests.waiting import wait_until
 
@@ -144,6 +149,65 @@ def test_a_new_upload_replaces_idle_runners_max_surge_at_a_time_and_leaves_busy_
         assert pools_by_name(api)["linux"]["rollout"] is None, "the new image came online: it is in service"
     started = corral.runners(pool="linux")
     assert sum(runner.image_id == new for runner in started) == 10, "no replacement was started twice"
+
+
+STREAM = 90
+"""Jobs of the steady stream, one a second."""
+
+
+def test_a_rollout_finishes_under_a_steady_stream_of_a_job_a_second(
+    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
+) -> None:
+    """With a job a second nearly every pass creates for demand, and replaces idle runners too: no free runner
+    is left on the old image before the stream's last job, and replacements were started (`image_rollout`).
+    The sandbox hands each job to its longest-idle runner, so the stream itself also uses up the old runners;
+    that a pass creating for demand replaces too is pinned on the decision itself
+    (`test_a_pass_that_creates_for_demand_still_replaces_max_surge_outdated_runners`)."""
+    tuning = {"pool_recheck": "1s"}
+    corral = start_corral(document=corral_config(sandbox.info, database_url, {"linux": image_pool()}, tuning=tuning))
+    old = seeded_image(sandbox, "ubuntu-24.04-runner")
+    wait_until(lambda: idle_images(corral) == [old] * 10, timeout=60, what="ten warm runners on the seeded image")
+    stream = [{"at": float(i), "repo": f"{ORG}/app", "labels": ["linux"], "duration": 1.0} for i in range(STREAM)]
+    control.post("/trace", json={"jobs": stream}).raise_for_status()
+    wait_until(lambda: corral.runners(pool="linux", states=[RunnerState.BUSY]), what="the stream's first job running")
+    new = upload(sandbox, "ubuntu-24.04-runner-20261202", {"os_distro": "ubuntu"}, ["runner"])
+
+    def free_on_old_image() -> list[Runner]:
+        free = corral.runners(pool="linux", states=[*STARTING_STATES, RunnerState.IDLE])
+        return [runner for runner in free if runner.image_id == old]
+
+    wait_until(lambda: not free_on_old_image(), timeout=STREAM, what="no free runner left on the old image")
+    submitted = len(control.get("/jobs").json())
+    assert submitted < STREAM, f"the rollout finished after the stream's last job ({submitted} of {STREAM} submitted)"
+    rolled = [r for r in corral.runners(pool="linux") if r.image_id == new]
+    assert rolled, "the new upload's runners"
+    assert any(Reason.IMAGE_ROLLOUT in {e.reason for e in corral.events(r.id)} for r in rolled), "replacements"
+
+
+def test_a_replacement_is_made_in_the_cloud_of_the_runner_it_replaces_not_the_pools_first(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, database_url: str
+) -> None:
+    """The first cloud was full when the pool's warm runners started, so they are in the second. It has room
+    again when a new upload in the second outdates them: their replacements are made there, on its new
+    image, not in the first cloud (which would move the pool, on the first cloud's image)."""
+    control.put("/quota", params={"cloud": "one"}, json={"instances": 0}).raise_for_status()
+    image = {"properties": {"os_distro": "ubuntu"}, "tags": ["runner"]}
+    document = two_clouds(sandbox, database_url, min_idle=3, max_runners=6, image=image)
+    document["tuning"] = {"pool_recheck": "1s"}
+    corral = start_corral(document=document)
+    old = seeded_id("image", "ubuntu-24.04-runner")
+
+    def idle_where() -> list[tuple[str | None, str | None]]:
+        return sorted((r.cloud, r.image_id) for r in corral.runners(pool="small", states=[RunnerState.IDLE]))
+
+    wait_until(lambda: idle_where() == [("west", old)] * 3, timeout=60, what="three warm runners in the second cloud")
+    control.put("/quota", params={"cloud": "one"}, json={"instances": 30}).raise_for_status()
+    wait_until(lambda: east_fits(corral) == 30, timeout=30, what="corral reading the first cloud's new quota")
+    west = sandbox.world.clouds[SECOND_CLOUD]
+    new = str(sandbox.call(lambda: west.add_image("ubuntu-west-new", {"os_distro": "ubuntu"}, ["runner"])).id)
+    wait_until(lambda: idle_where() == [("west", new)] * 3, timeout=90, what="three warm runners on the new upload")
+    assert servers_made(control, "one") == 0, "no replacement was made in the first cloud"
+    assert clouds_of_runners(corral) == {"west": 6}, "the three replaced and their three replacements"
 
 
 def test_changing_a_pools_image_rolls_its_idle_runners_over(
@@ -276,6 +340,44 @@ def test_a_canary_gets_its_share_of_new_runners_from_the_first_one_on() -> None:
     images = [rollouts.image_for_new_runner("small") for _ in range(30)]
     assert [i for i, image in enumerate(images) if image == "new-image"] == [0, 10, 20]
     assert set(images) == {"old-image", "new-image"}
+
+
+def test_a_pass_that_creates_for_demand_still_replaces_max_surge_outdated_runners() -> None:
+    """Under a job a second nearly every pass creates for demand: such a pass replaces too, within what
+    `max_runners` leaves after its creates (a rollout that waited for a pass creating nothing would wait for
+    the stream to end)."""
+    outdated = [Outdated(f"old-{i}", "one") for i in range(10)]
+    plan = functools.partial(plan_replacements, outdated, max_surge=2, in_flight=0, min_idle=10, usable=["one"])
+    assert plan(room=10, creating=3) == [Replacement("old-0", "one"), Replacement("old-1", "one")]
+    assert plan(room=4, creating=3) == [Replacement("old-0", "one")], "max_runners leaves room for one"
+    assert plan(room=3, creating=3) == []
+
+
+def test_a_replacement_goes_to_the_cloud_of_the_runner_it_replaces() -> None:
+    """The runners whose replacement boots or is online get none; the next two in order do, each in its own
+    cloud (`two`), not the pool's first; a cloud the pool no longer places in gets none of them."""
+    outdated = [
+        Outdated("one-a", "one", replacement="booting"),
+        Outdated("two-a", "two"),
+        Outdated("one-b", "one", replacement="online"),
+        Outdated("two-b", "two"),
+        Outdated("one-c", "one"),
+    ]
+    plan = functools.partial(plan_replacements, outdated, max_surge=3, in_flight=1, min_idle=5, room=10, creating=0)
+    assert plan(usable=["one", "two"]) == [Replacement("two-a", "two"), Replacement("two-b", "two")]
+    assert plan(usable=["one"]) == [Replacement("two-a", None), Replacement("two-b", None)], "where any would go"
+
+
+def test_surplus_retires_first_the_runner_whose_replacement_is_online() -> None:
+    """A replacement online is the surplus: its own runner goes first (in its cloud), one whose replacement
+    still boots last."""
+    outdated = [
+        Outdated("one-a", "one", replacement="booting"),
+        Outdated("one-b", "one"),
+        Outdated("two-a", "two", replacement="online"),
+        Outdated("two-b", "two"),
+    ]
+    assert [runner.runner_id for runner in retirement_order(outdated)] == ["two-a", "one-b", "two-b", "one-a"]
 
 
 def pools_by_name(api: httpx.Client) -> dict[str, dict[str, Any]]:

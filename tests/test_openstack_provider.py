@@ -22,6 +22,7 @@ from corral.cloud.provider import (
     META_RUNNER,
     CloudError,
     CloudRequestRejected,
+    CloudTransientError,
     ServerSpec,
 )
 from corral.config import VolumeConfig
@@ -142,3 +143,47 @@ def test_a_name_two_networks_share_is_a_problem_of_the_pool_not_a_failed_check(
     assert (
         "More than one Network exists with the name 'private'" in problem and "use a unique name or the id" in problem
     )
+
+
+def glance_attempts(control: httpx.Client) -> int:
+    """Requests to Glance's image API the sandbox answered with an injected error."""
+    injected = control.get("/stats").json()["injected_errors"]["openstack"]
+    return sum(count for endpoint, count in injected.items() if endpoint.startswith("GET /image/v2/"))
+
+
+@pytest.mark.parametrize(
+    ("retries", "retry_time_s", "pauses"),
+    [(2, 10.0, [0.2, 1.0]), (5, 10.0, [0.2, 1.0, 5.0]), (5, 3.0, [0.2, 1.0])],
+    ids=["by-count", "pauses-grow", "by-time"],
+)
+def test_a_glance_outage_costs_a_lookup_only_its_bounded_retries(
+    sandbox: Sandbox, control: httpx.Client, retries: int, retry_time_s: float, pauses: list[float]
+) -> None:
+    """openstacksdk retried every Glance call 5 times on a 503 (pauses doubling from 0.5 s) inside each of
+    corral's attempts: one outage held a worker thread about 48 s. Only corral's retries are made now, as
+    many as `retries` allows and none starting later than `retry_time_s` after the first attempt (the
+    third retry's 5 s pause would end at 6.2 s). Slept on a clock of the test's own: no time passes."""
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    fresh = OpenStackProvider(
+        sandbox_connection(sandbox.info),
+        "test",
+        retries=retries,
+        retry_time_s=retry_time_s,
+        sleep=sleep,
+        clock=lambda: now[0],
+    )
+    glance_down = {"match": "openstack GET /image/v2/*", "error_rate": 1.0, "status": 503}
+    control.put("/faults", json={"endpoints": [glance_down]}).raise_for_status()
+    try:
+        with pytest.raises(CloudTransientError, match=r"find image 'cirros': HTTP 503"):
+            fresh.image_id(spec("glance-down"))
+        assert slept == pauses
+        assert glance_attempts(control) == 1 + len(pauses), "one request per attempt, none retried underneath"
+    finally:
+        fresh.close()

@@ -8,8 +8,17 @@ from typing import Any
 import pytest
 
 from corral.config import PoolConfig
-from corral.model import InvalidTransition, JobState, QueuedJob, RunnerState
-from corral.policy import Demand, PoolCounts, RunnerFacts, judge_demand, judge_runner, match_pool, plan_scale
+from corral.model import InvalidTransition, JobState, QueuedJob, Reason, RunnerState
+from corral.policy import (
+    Demand,
+    PoolCounts,
+    RunnerFacts,
+    Verdict,
+    judge_demand,
+    judge_runner,
+    match_pool,
+    plan_scale,
+)
 
 
 def pool(labels: list[str], scope: dict[str, str] | None = None, **extra: Any) -> PoolConfig:
@@ -157,6 +166,37 @@ def test_judge_runner(runner: RunnerFacts, expected: RunnerState | None) -> None
     assert (verdict.target if verdict else None) is expected
     if verdict is not None:
         runner.state.check_transition(verdict.target)
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason", "message"),
+    [
+        (
+            "Quota exceeded for cores, instances: Requested 1, 1, but already used 3, 3 of 3, 3 cores, instances",
+            Reason.CLOUD_QUOTA,
+            "quota exceeded: server in ERROR: Quota exceeded for cores, instances: Requested 1, 1, but already "
+            "used 3, 3 of 3, 3 cores, instances",
+        ),
+        (
+            "Build of instance x aborted: VolumeLimitExceeded: Maximum number of volumes allowed (10) exceeded for "
+            "quota 'volumes'.",
+            Reason.CLOUD_QUOTA,
+            "quota exceeded: server in ERROR: Build of instance x aborted: VolumeLimitExceeded: Maximum number of "
+            "volumes allowed (10) exceeded for quota 'volumes'.",
+        ),
+        ("No valid host was found. ", Reason.SERVER_ERROR, "server in ERROR: No valid host was found. "),
+        (None, Reason.SERVER_ERROR, "server in ERROR: no fault given"),
+    ],
+    ids=["nova-recheck", "cinder-at-build", "no-valid-host", "no-fault"],
+)
+def test_a_server_in_error_for_quota_failed_for_quota_not_as_a_boot(
+    fault: str | None, reason: Reason, message: str
+) -> None:
+    """Nova accepts creates that race past its quota check and puts the surplus in ERROR with a quota fault
+    (seen on Nova 34): that is the quota, which the pool waits for, not the server (which would count against
+    the pool's image in a rollout, and against its cloud)."""
+    verdict = judge_runner(facts(RunnerState.BOOTING, server_status="ERROR", server_fault=fault))
+    assert verdict == Verdict(RunnerState.FAILED, reason, message)
 
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

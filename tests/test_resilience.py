@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from corral.cloud.clouds import CloudSet
+from corral.cloud.openstack import OpenStackProvider
+from corral.engine.backoff import LogOnce
+from corral.engine.checks import PoolChecker
 from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.metrics import REGISTRY
 from corral.sandbox.server import Sandbox
@@ -40,6 +47,17 @@ def events_of_failed(corral: LocalCorral) -> list[str]:
             events = api.get(f"/api/v1/runners/{runner['id']}/events").json()
             reasons += [event["message"] or "" for event in events if event["to_state"] == "failed"]
     return reasons
+
+
+def failed_events(corral: LocalCorral) -> list[tuple[str, str, str]]:
+    """Every runner's move to `failed`, oldest runner first: (runner name, reason, message)."""
+    failed = []
+    with corral.api() as api:
+        runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
+        for runner in sorted(runners, key=lambda runner: runner["created_at"]):
+            events = api.get(f"/api/v1/runners/{runner['id']}/events").json()
+            failed += [(runner["name"], e["reason"], e["message"] or "") for e in events if e["to_state"] == "failed"]
+    return failed
 
 
 def test_boot_failures_are_deleted_and_capacity_recovers(
@@ -168,3 +186,91 @@ def test_a_revoked_installation_token_is_replaced(sandbox: Sandbox, control: htt
         converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a warm runner again, with a new token")
     finally:
         corral.stop()
+
+
+REFUSED = {"match": "openstack POST /compute/v2.1/servers", "error_rate": 1.0, "status": 400}
+"""Nova's 400 for a create: for a request it will never accept, or for a passing cause (a volume not yet
+available to a block device mapping, a port still binding)."""
+
+
+def refusals_said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "failed (cloud_rejected)" in record.getMessage()]
+
+
+def test_one_refused_create_has_the_pool_checked_again_at_once_and_its_creates_go_on(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One 400 parked the pool for `tuning.pool_recheck` (5 minutes), with /readyz answering 503: a queued job
+    waited 303 s. Now the pool is checked again at once and, as the check finds nothing wrong, its creates go
+    on with backoff as after a 503; the log says when the next create comes."""
+    control.put("/faults", json={"endpoints": [{**REFUSED, "count": 1}]}).raise_for_status()
+    corral = corral_for(min_idle=1)
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "a runner, seconds after the refusal")
+    assert pools_view(corral)["small"]["ready"]
+    ((name, reason, message),) = failed_events(corral)
+    assert (reason, message) == (
+        "cloud_rejected",
+        f"the cloud refused the server: create server {name}: HTTP 400: injected fault",
+    )
+    assert refusals_said(caplog) == [
+        f"pool small: runner {name} failed (cloud_rejected), checking the pool again now; creating again in 1s: "
+        f"{message}"
+    ]
+
+
+def test_the_same_refusal_twice_parks_the_pool_and_the_log_says_until_when(
+    sandbox: Sandbox, control: httpx.Client, corral_for: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A create Nova refuses again the same way, with none accepted between, is the pool's request being wrong:
+    the pool is parked (not ready) until the check after `tuning.pool_recheck`, and the log says the next
+    create comes then, not at the end of the backoff (it said "creating again in 1s", and 300 s passed)."""
+    control.put("/faults", json={"endpoints": [REFUSED]}).raise_for_status()
+    corral = corral_for(min_idle=1)
+
+    def parked() -> dict[str, Any] | None:
+        view = pools_view(corral)["small"]
+        return view if "refuses this pool's servers" in (view["reason"] or "") else None
+
+    view = converge(corral, parked, "the pool parked after the same refusal twice")
+    assert not view["ready"]
+    first, second = failed_events(corral)
+    refusal = f"create server {second[0]}: HTTP 400: injected fault"
+    assert view["reason"] == f"the cloud refuses this pool's servers: {refusal}"
+    assert second[2] == f"the cloud refused the server: {refusal}"
+    assert create_calls(control) == 2, "no create between the second refusal and the next check"
+    assert refusals_said(caplog) == [
+        f"pool small: runner {first[0]} failed (cloud_rejected), checking the pool again now; creating again in 1s: "
+        f"{first[2]}",
+        f"pool small: runner {second[0]} failed (cloud_rejected), the same refusal twice: not ready until checked "
+        f"again; creating again in 300s: {second[2]}",
+    ]
+
+
+def test_creates_refused_together_are_one_refusal_and_only_a_later_one_parks_the_pool(sandbox: Sandbox) -> None:
+    """Eight creates sent together meet the same passing cause together: their refusals are one, answered by
+    one check. A create sent after the first refusal came back and refused the same way parks the pool; ids
+    in Nova's words (the volume or port a passing cause names) and the runner's name do not make it another."""
+    now = [100.0]
+    provider = OpenStackProvider(sandbox_connection(sandbox.info), "test")
+    threads = ThreadPoolExecutor(1)
+    log_once = LogOnce(logging.getLogger("test"))
+    checker = PoolChecker(CloudSet({"default": provider}), threads, log_once, lambda: now[0], lambda: 300.0)
+    volume = "create server corral-small-{}: HTTP 400: Block Device Mapping is Invalid: volume {} is not available."
+
+    def refusal(runner: str) -> str:
+        return volume.format(runner, uuid.uuid4())
+
+    try:
+        assert checker.refused("small", refusal("a"), sent_at=99.0) == 0.0, "a first refusal: checked again"
+        assert checker.due(["small"]) == ["small"], "at once"
+        now[0] = 100.5
+        assert checker.refused("small", refusal("b"), sent_at=99.0) == 0.0, "sent with the first: the same burst"
+        third = refusal("c")
+        assert checker.refused("small", third, sent_at=100.2) == 300.0, "sent after it: parked"
+        assert checker.readiness("small") == (False, f"the cloud refuses this pool's servers: {third}")
+        assert checker.due(["small"]) == [], "until the check pool_recheck later"
+        checker.accepted("small")
+        assert checker.refused("small", refusal("d"), sent_at=101.0) == 0.0, "a create accepted between: new"
+    finally:
+        threads.shutdown()
+        provider.close()

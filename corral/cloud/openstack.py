@@ -8,6 +8,9 @@ Idempotent calls (reads and deletes) are retried a couple of times when the conn
 answers 502/503/504, because a load balancer closing a pooled keep-alive connection is routine and should
 not fail a whole reconcile pass. Creates are never retried blindly: a create whose answer was lost may have
 made a server, and the engine's intent-first bookkeeping, not a second POST, is what settles that.
+Those retries are corral's alone, bounded in number and in time (`call_retries`, `call_retry_time` of each
+cloud): openstacksdk's own (5 for every Glance call, with pauses doubling from half a second) are turned off,
+as on top of corral's they held a worker thread about 48 s for one Glance 503.
 """
 
 from __future__ import annotations
@@ -57,9 +60,17 @@ VOLUME_TYPE_MICROVERSION = "2.67"
 """`volume_type` in a block device mapping needs 2.67; older clouds refuse the whole create."""
 DEFAULT_TIMEOUT_S = 60.0
 """keystoneauth waits for ever by default: one hung API call would hold an engine worker thread for good."""
-RETRY_DELAYS_S = (0.2, 1.0)
-"""Pauses before the second and third attempt of an idempotent call; short, because the engine's next
-pass is the real retry and a cloud that is down for longer should surface as `CloudTransientError` quickly."""
+DEFAULT_RETRIES = 2
+"""Retries of an idempotent call after a dropped connection or a 502/503/504 (`call_retries`)."""
+DEFAULT_RETRY_TIME_S = 10.0
+"""No retry of a call starts later than this after its first attempt did (`call_retry_time`)."""
+RETRY_DELAY_FIRST_S = 0.2
+RETRY_DELAY_FACTOR = 5.0
+RETRY_DELAY_CAP_S = 5.0
+"""Pauses before each retry: 0.2 s, 1 s, then 5 s; short, because the engine's next pass is the real retry
+and a cloud that is down for longer should surface as `CloudTransientError` quickly."""
+SDK_RETRY_KEYS = ("status_code_retries", "connect_retries")
+"""openstacksdk's retry settings (`<service>_status_code_retries`... in clouds.yaml, or its own defaults)."""
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 DEFAULT_CONNECTIONS = 32
 
@@ -122,6 +133,28 @@ def _retryable(exc: Exception) -> bool:
     return isinstance(exc, os_exceptions.HttpException) and (exc.status_code or 0) in RETRYABLE_STATUS
 
 
+def retry_delay_s(attempt: int) -> float:
+    """The pause before retry number `attempt` (0 for the first)."""
+    return float(min(RETRY_DELAY_FIRST_S * RETRY_DELAY_FACTOR**attempt, RETRY_DELAY_CAP_S))
+
+
+def turn_off_sdk_retries(connection: openstack.connection.Connection) -> None:
+    """Make every API call of the connection one HTTP request: corral retries the calls that are safe to
+    repeat itself, within bounds it sets (`OpenStackProvider._idempotent`). keystoneauth's own retries would
+    come on top (each of corral's attempts retried 5 times for Glance, the pauses doubling from 0.5 s, or as
+    long as a `Retry-After` says), unbounded in time, whatever clouds.yaml or openstacksdk's defaults set."""
+    config = connection.config.config
+    for key in [key for key in config if key.endswith(SDK_RETRY_KEYS)]:
+        config[key] = 0
+    for key in SDK_RETRY_KEYS:
+        config[key] = 0
+    # Service proxies made before this (an adapter each) keep the settings they were made with.
+    for proxy in getattr(connection, "_proxies", {}).values():
+        for key in SDK_RETRY_KEYS:
+            if hasattr(proxy, key):
+                setattr(proxy, key, 0)
+
+
 def _parse_time(value: object) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
@@ -153,12 +186,23 @@ class OpenStackProvider:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connections: int = DEFAULT_CONNECTIONS,
+        retries: int = DEFAULT_RETRIES,
+        retry_time_s: float = DEFAULT_RETRY_TIME_S,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`connections`: HTTP connections kept open per API endpoint; as many as calls run at once (the
-        engine's create and cloud threads), or each call beyond them opens and closes a connection."""
+        engine's create and cloud threads), or each call beyond them opens and closes a connection.
+        `retries`, `retry_time_s`: how often, and until how long after its first attempt, an idempotent call
+        is tried again; `sleep` and `clock` pace those retries (a test's own make them instant)."""
         self.connection = connection
         self.installation = installation
+        self._retries = retries
+        self._retry_time_s = retry_time_s
+        self._sleep = sleep
+        self._clock = clock
         keep_bodies_out_of_logs(connection)
+        turn_off_sdk_retries(connection)
         if connection.session.timeout is None:
             connection.session.timeout = timeout_s
         adapter = ks_session.TCPKeepAliveAdapter(pool_maxsize=connections)
@@ -175,16 +219,19 @@ class OpenStackProvider:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _idempotent(self, operation: str, call: Callable[[], T]) -> T:
-        """Run a call that is safe to repeat, retrying dropped connections and 502/503/504 briefly."""
+        """Run a call that is safe to repeat, retrying dropped connections and 502/503/504 briefly: at most
+        `retries` times, and none that would start after `retry_time_s` from the first attempt."""
+        deadline = self._clock() + self._retry_time_s
         attempt = 0
         while True:
             try:
                 return call()
             except Exception as exc:
-                if attempt >= len(RETRY_DELAYS_S) or not _retryable(exc):
+                pause = retry_delay_s(attempt)
+                if attempt >= self._retries or not _retryable(exc) or self._clock() + pause > deadline:
                     raise classify(operation, exc) from None
-                logger.info("%s: %s; retrying", operation, type(exc).__name__)
-                time.sleep(RETRY_DELAYS_S[attempt])
+                logger.info("%s: %s; retrying in %.1fs", operation, type(exc).__name__, pause)
+                self._sleep(pause)
                 attempt += 1
 
     def _compute_supports(self, microversion: str) -> bool:

@@ -61,6 +61,19 @@ class CloudNameAmbiguous(CloudRequestRejected):
     projects): a definite answer too, which the pool's id for it fixes."""
 
 
+def is_quota_fault(fault: str | None) -> bool:
+    """Whether a server's ERROR fault says a quota ran out, not that the server failed to build.
+
+    Nova checks the quota when it accepts a create and again once the server is scheduled; creates that
+    race past the first check (several at once, none counted yet) are accepted (202) and the recheck then
+    puts the surplus in ERROR with a 413 fault: "Quota exceeded for cores, instances: Requested 1, 1, but
+    already used 3, 3 of 3, 3 cores, instances" (seen on Nova 34). Cinder's quota at build says
+    "VolumeLimitExceeded: Maximum number of volumes allowed (10) exceeded for quota 'volumes'" or
+    "VolumeSizeExceedsAvailableQuota". Either means "wait", like a create refused for quota."""
+    text = (fault or "").lower()
+    return "quota" in text and "exceed" in text
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """Everything a pool declares about its servers, resolved for one runner."""

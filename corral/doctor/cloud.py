@@ -21,7 +21,7 @@ from os_service_types import ServiceTypes
 
 from corral.cloud.images import ImageFilter, find_image, not_found
 from corral.cloud.images import describe as describe_image
-from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify
+from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify, turn_off_sdk_retries
 from corral.cloud.quota import Headroom, fit, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 from corral.config import CloudConfig, CorralConfig, Placement, PoolConfig, VolumeConfig
@@ -102,6 +102,7 @@ class CloudDoctor:
             )
             raise Abort("the cloud configuration could not be read") from None
         keep_bodies_out_of_logs(self.connection)
+        turn_off_sdk_retries(self.connection)  # one Glance 503 would cost a check 15 s of openstacksdk's retries
         self.connection.session.timeout = self.timeout_s
         self.section.passed("cloud configuration", f"using {which}")
 

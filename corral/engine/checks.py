@@ -2,7 +2,9 @@
 
 A check the cloud could not answer (a 5xx, a refused token, a dropped connection) is retried with backoff
 and says nothing about the pool; only a definite answer (no such image) or a create Nova refused as made
-keeps a pool not ready, and even those are looked at again now and then, so fixing the cloud needs no reload.
+twice keeps a pool not ready, and even those are looked at again now and then, so fixing the cloud needs no
+reload. Nova answers 400 for passing causes too (a volume not yet available to a block device mapping, a port
+still binding): one refusal only has the pool checked again at once, and creates go on while it passes.
 A pool that is fine is looked at again as often, which resolves its image afresh: a new upload of its image
 (or one matching its filter) becomes the image in force, and the scaler rolls idle runners over to it.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -24,6 +27,14 @@ logger = logging.getLogger("corral.engine")
 
 CHECK_BACKOFF_BASE_S = 1.0
 CHECK_BACKOFF_CAP_S = 300.0
+UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.IGNORECASE)
+
+
+def refusal_key(message: str) -> str:
+    """What makes two refusals the same: the cloud's words (after `HTTP 400: `), its ids left out, as the
+    operation before them names the runner and a passing cause names the volume or port it waited for."""
+    _, found, detail = message.partition(": HTTP ")
+    return UUID.sub("<id>", detail if found else message)
 
 
 @dataclass
@@ -38,6 +49,11 @@ class PoolCheck:
     """What one of the pool's servers takes from the quota, found with a check that found no problem."""
     image_id: str | None = None
     """The image the pool's `image` meant at the last check that found no problem: new runners' image."""
+    refusal: str | None = None
+    """The last create the cloud refused as made (`refusal_key`), until one is accepted: the same again parks
+    the pool."""
+    refused_at: float = 0.0
+    """When that refusal came (the checker's clock): creates sent before it were one burst with it."""
 
 
 class PoolChecker:
@@ -99,20 +115,52 @@ class PoolChecker:
         if not problems:
             check.image_id = image_id  # a change starts a rollout, which says so (`engine.rollouts`)
         if problems and problems != check.problems:
-            logger.warning("pool %s is not ready: %s", pool, "; ".join(problems))
+            logger.warning(
+                "pool %s is not ready, checking it again in %.0fs: %s", pool, self._recheck_s(), "; ".join(problems)
+            )
         elif not problems and check.problems:
             logger.info("pool %s: the cloud can serve it again", pool)
         check.problems = problems
 
-    def refused(self, pool: str, message: str) -> None:
-        """Nova refused a create as made (a 400): the pool's request is wrong, not the moment. Retrying would
-        fail the same way, so the pool is not ready until a check (or a reload) finds it fixed."""
+    def now(self) -> float:
+        """The checker's clock: what `refused` compares a create's `sent_at` with."""
+        return self._clock()
+
+    def refused(self, pool: str, message: str, sent_at: float | None = None) -> float:
+        """Nova refused a create as made (a 400), sent at `sent_at` (`now()`); how long the pool is now parked
+        (0: it is not).
+
+        Nova says 400 for passing causes too, so a first refusal only has the pool checked again at once: a
+        check that finds a problem parks it, one that finds none leaves it ready, its creates going on with
+        backoff as after a 503. The same refusal again for a create sent after the first came back (creates
+        sent together are refused together), with no create accepted between, is the pool's request being
+        wrong, not the moment: the pool is parked, not ready until a check after `pool_recheck` (or a reload)
+        finds it fixed."""
         check = self._check_of(pool)
+        key = refusal_key(message)
+        if check.refusal != key:
+            check.refusal, check.refused_at = key, self._clock()
+            check.due = self._clock()
+            return 0.0
+        if sent_at is not None and sent_at < check.refused_at:
+            return 0.0  # one burst with the first: the check decides
         problem = f"the cloud refuses this pool's servers: {message}"
         if check.problems != [problem]:
-            logger.warning("pool %s is not ready: %s", pool, problem)
+            logger.warning(
+                "pool %s is not ready (the same refusal twice), checking it again in %.0fs: %s",
+                pool,
+                self._recheck_s(),
+                problem,
+            )
         check.problems = [problem]
         check.due = self._clock() + self._recheck_s()
+        return self._recheck_s()
+
+    def accepted(self, pool: str) -> None:
+        """The cloud accepted a create of the pool: a refusal before it was a passing one."""
+        check = self._checks.get(pool)
+        if check is not None:
+            check.refusal = None
 
     def image_id(self, pool: str) -> str | None:
         """The image new runners of the pool get, as last checked (None before a check found it)."""

@@ -2,9 +2,10 @@
 
 Every way this can go wrong ends the same way: the runner moves to `failed` with a reason code and the far
 end's own words, the failure is counted by pool and reason, and the pool backs off before creating again.
-A refusal Nova will repeat (a 400 for the request as made) also marks the pool (its placement) not ready,
-with Nova's message. A pool placed in several clouds backs off per cloud: while one cloud fails, its
-runners spill over to the next, and only when every cloud of the pool fails does the pool itself pause.
+A refusal Nova repeats (the same 400 twice) also marks the pool (its placement) not ready, with Nova's
+message; a first one has the pool checked again at once (`PoolChecker.refused`). A pool placed in several
+clouds backs off per cloud: while one cloud fails, its runners spill over to the next, and only when every
+cloud of the pool fails does the pool itself pause.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Failure:
     reason: Reason
     message: str
     wait_at_least_s: float = 0.0
+    rechecked: bool = False
+    """The cloud refused the create as made: the pool (its placement) is checked again at once."""
+    parked_s: float = 0.0
+    """The same refusal again: the placement is not ready, and gets no create, until checked again then."""
 
 
 def server_spec(
@@ -148,6 +153,17 @@ class Creator:
             f"{message or ''}",
         )
 
+    async def over_quota(self, runner: Runner, message: str | None, quota_retry_s: float) -> None:
+        """A server the cloud accepted went to ERROR for quota (creates raced past it): back off as after a
+        create refused for quota, at least `quota_retry_s`, the pool's runners going to its other clouds
+        meanwhile; the look after it reads the headroom the pool then plans within."""
+        wait, where = await self._back_off(runner, quota_retry_s)
+        self._log_once.warning(
+            f"create:{runner.pool}:{Reason.CLOUD_QUOTA.value}",
+            f"pool {runner.pool}: runner {runner.name} failed ({Reason.CLOUD_QUOTA.value}), {where} in {wait:.0f}s: "
+            f"{message or ''}",
+        )
+
     def paused_s(self, pool: str) -> float:
         return self.pauses.remaining_s(pool)
 
@@ -226,11 +242,14 @@ class Creator:
             return
         pinned = self._image_for(placement.key(runner.pool))
         spec = server_spec(config, runner.pool, creating, user_data, image=pinned, placement=placement)
+        sent_at = self._checker.now()
         try:
             server = await self._create_server(spec)
         except CloudError as exc:
-            await self.fail(creating, self._cloud_failure(placement.key(runner.pool), placement.cloud, exc, config))
+            failure = self._cloud_failure(placement.key(runner.pool), placement.cloud, exc, config, sent_at)
+            await self.fail(creating, failure)
             return
+        self._checker.accepted(placement.key(runner.pool))
         await self._mover.move(
             creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id, image_id=server.image_id
         )
@@ -242,13 +261,17 @@ class Creator:
         scope = ScopeConfig.from_key(runner.scope)
         return await self._github.generate_jit_config(scope, runner.name, list(pool.labels), pool.runner_group)
 
-    def _cloud_failure(self, placement_key: str, cloud: str, exc: CloudError, config: CorralConfig) -> Failure:
+    def _cloud_failure(
+        self, placement_key: str, cloud: str, exc: CloudError, config: CorralConfig, sent_at: float
+    ) -> Failure:
         if isinstance(exc, CloudQuotaExceeded):
             retry = config.cloud_settings().get(cloud, config.cloud).quota_retry
             return Failure(Reason.CLOUD_QUOTA, f"quota exceeded: {exc}", retry)
         if isinstance(exc, CloudRequestRejected):
-            self._checker.refused(placement_key, str(exc))
-            return Failure(Reason.CLOUD_REJECTED, f"the cloud refused the server: {exc}")
+            parked_s = self._checker.refused(placement_key, str(exc), sent_at)
+            return Failure(
+                Reason.CLOUD_REJECTED, f"the cloud refused the server: {exc}", rechecked=True, parked_s=parked_s
+            )
         return Failure(Reason.CLOUD_UNAVAILABLE, f"create failed: {exc}")
 
     async def _create_server(self, spec: ServerSpec) -> CloudServer:
@@ -270,6 +293,10 @@ class Creator:
         """Record the failure on the runner (from wherever it got to) and back its pool (or cloud) off."""
         cloud_fault = failure.reason in (Reason.CLOUD_QUOTA, Reason.CLOUD_REJECTED, Reason.CLOUD_UNAVAILABLE)
         wait, where = await self._back_off(runner, failure.wait_at_least_s, cloud_fault=cloud_fault)
+        if failure.parked_s:  # what comes next is the check that may find it fixed, not the backoff's end
+            wait, where = max(wait, failure.parked_s), f"the same refusal twice: not ready until checked again; {where}"
+        elif failure.rechecked:
+            where = f"checking the pool again now; {where}"
         self._log_once.warning(
             f"create:{runner.pool}:{failure.reason.value}",
             f"pool {runner.pool}: runner {runner.name} failed ({failure.reason.value}), "

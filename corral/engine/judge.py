@@ -17,7 +17,7 @@ from corral.engine.rollouts import Rollouts
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
 from corral.metrics import RUNNER_BOOT_SECONDS
-from corral.model import Reason, Runner, RunnerState, Transition
+from corral.model import JobState, Reason, Runner, RunnerState, Transition
 from corral.policy import RunnerFacts, Verdict, judge_runner
 from corral.store.runners import RunnerAndJob
 
@@ -29,6 +29,15 @@ MAX_NOTED_ACTIVE = 10_000
 """Runners the judge remembers having noted ACTIVE; the store also refuses a second note."""
 BOOT_FAILURES = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED, Reason.BOOTSTRAP_TIMEOUT})
 """Servers the cloud accepted that never became runners: each backs the pool off like a failed create."""
+
+ENDED = frozenset({RunnerState.FINISHED, RunnerState.FAILED})
+"""Where a runner goes when it leaves its job (done, deregistered, exited, or its server lost)."""
+
+
+def left_a_running_job(transition: Transition, row: RunnerAndJob) -> bool:
+    """Whether a runner just ended while the job table still has its job `in_progress`: the job's end was
+    not heard of (a lost webhook), so the job tracker asks GitHub about it (`jobs.unfinished_without_runner`)."""
+    return transition.target in ENDED and row.job_status is JobState.IN_PROGRESS
 
 
 class RunnerJudge:
@@ -77,6 +86,9 @@ class RunnerJudge:
                     await self._learn(transition)
                     if transition.presumed_taken:
                         self._ask_github(self._config().tuning.confirm_after)
+                    if left_a_running_job(transition, by_id[result.id]):
+                        # Its `completed` webhook may be lost: GitHub's word now, not `stale_job_check` later.
+                        self._ask_github(0.0)
         return [runner for runner in current.values() if runner.state is not RunnerState.DELETED]
 
     async def _note_active(self, rows: list[RunnerAndJob], observation: Observation | None) -> None:
@@ -144,6 +156,13 @@ class RunnerJudge:
         elif transition.target is RunnerState.FAILED and transition.reason in BOOT_FAILURES:
             await self.creator.booting_failed(transition.runner, transition.reason, transition.message)
             self._rollouts.boot_failed(transition.runner)
+        elif transition.target is RunnerState.FAILED and transition.reason is Reason.CLOUD_QUOTA:
+            # Nova accepted the create, then its quota recheck put the server in ERROR: the quota failed, not
+            # the image (no rollout hears of it) nor the cloud; the pool waits as after a refused create.
+            config = self._config()
+            cloud = config.cloud_of(transition.runner.cloud)
+            retry = config.cloud_settings().get(cloud, config.cloud).quota_retry
+            await self.creator.over_quota(transition.runner, transition.message, retry)
 
     def _transition(self, runner: Runner, row: RunnerAndJob, verdict: Verdict) -> Transition:
         registered_at = None

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from string import Template
-from typing import Protocol
+from typing import Literal, Protocol
 
 from corral.clock import utcnow
 from corral.cloud.quota import ServerCost
@@ -25,13 +25,24 @@ from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
 from corral.engine.quota import QuotaBudget, SharedRoom
 from corral.engine.rollouts import Rollouts
+from corral.engine.scalesets import jobs_awaiting_runners
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
 from corral.github.scaleset import Statistics
 from corral.metrics import CAPACITY_REFUSALS, QUOTA_DEFERRALS
 from corral.model import CAPACITY_STATES, FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
-from corral.policy import Demand, DemandTuning, PoolCounts, cap_per_repository, plan_scale
+from corral.policy import (
+    Demand,
+    DemandTuning,
+    Outdated,
+    PoolCounts,
+    Replacement,
+    cap_per_repository,
+    plan_replacements,
+    plan_scale,
+    retirement_order,
+)
 from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
@@ -140,6 +151,10 @@ class Scaler:
         """The pools other replicas hold (none on SQLite): their creates share the project's quota."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
+        self._replacing: dict[str, dict[str, str]] = {}
+        """Per pool, the replacements this replica started and not yet seen take a job or go, by id, with the
+        outdated runner each replaces: retired first once its replacement is online, and given no second one
+        while it boots. Lost with a restart, which only loses that pairing (`max_surge` still holds)."""
 
     async def scale(
         self, name: str, current: list[Runner], states: Counter[RunnerState], *, deleting_known: bool = True
@@ -162,7 +177,7 @@ class Scaler:
             # for each job assigned to the scale set and not yet running (`min_idle + assigned` in all).
             states = self._retire_abandoned(name, current, states)
             statistics = self._scale_sets.statistics(name)
-            queued_total = max((statistics.assigned if statistics else 0) - states[RunnerState.BUSY], 0)
+            queued_total = jobs_awaiting_runners(statistics, states[RunnerState.BUSY])
             waiting = queued_total
         else:
             queued, demand, exhausted = await self._demand(name, needed, current)
@@ -200,27 +215,16 @@ class Scaler:
             )
         requeue_after: float | None = None
         quota_short: list[str] = []
-        rolling = ready and deleting_known and not plan.create
+        # The runner each surplus retirement takes first is the one whose replacement is online.
+        progress = retirement_order(self._replacement_progress(name, current, outdated))
+        by_id = {runner.id: runner for runner in current}
+        outdated = [by_id[entry.runner_id] for entry in progress]
         retiring = min(surplus_idle, len(outdated)) if not drained else 0
-        replacements = self._replacements(name, current, outdated, min_idle, retiring) if rolling else 0
-        if replacements:
-            why = self._why_replaced(name, outdated)
-            what = (
-                "in a cloud that is no longer one of its placements"
-                if why is Reason.PLACEMENT_CHANGED
-                else "on an image the pool no longer uses"
-            )
-            self.log_once.warning(
-                f"rollout:{name}",
-                f"pool {name}: replacing idle runners {what}, {pool.rollout.max_surge} at a time (rollout.max_surge)",
-            )
-            quota_short = await self._start(name, current, [], [], replacements, warm=replacements, rollout=why)
-        elif not outdated:
-            self.log_once.clear(f"rollout:{name}")
+        started: list[Runner] = []
         if plan.create and ready:
             unbound_demand = pool.intake == "scale_set" and waiting > 0
             warm_free = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is None)
-            quota_short = await self._start(
+            quota_short, started = await self._start(
                 name,
                 current,
                 queued,
@@ -234,6 +238,27 @@ class Scaler:
                 self._quota_of(cloud).not_waiting(name)
             if plan.create and self.creator.paused_s(name) > 0:
                 requeue_after = self.creator.paused_s(name)
+        # Replacements come after this pass's creates for demand (which take the room first), and not while
+        # the quota holds runners for jobs back: those are served first, and a replacement's claim would
+        # forget that the pool waits for them.
+        rolling = ready and deleting_known and not quota_short
+        replacements = (
+            self._replacements(name, current, progress[retiring:], min_idle, retiring, len(started)) if rolling else []
+        )
+        if replacements:
+            why = self._why_replaced(name, outdated)
+            what = (
+                "in a cloud that is no longer one of its placements"
+                if why is Reason.PLACEMENT_CHANGED
+                else "on an image the pool no longer uses"
+            )
+            self.log_once.warning(
+                f"rollout:{name}",
+                f"pool {name}: replacing idle runners {what}, {pool.rollout.max_surge} at a time (rollout.max_surge)",
+            )
+            quota_short = await self._replace(name, [*current, *started], replacements, why)
+        elif not outdated:
+            self.log_once.clear(f"rollout:{name}")
         if surplus_idle:
             grace_left = self._retire_surplus(
                 name, current, surplus_idle, drained, at_once=outranked > 0, outdated=outdated
@@ -355,12 +380,18 @@ class Scaler:
         return Reason.IMAGE_ROLLBACK if self._rolling_back(name) else Reason.IMAGE_ROLLOUT
 
     def _replacements(
-        self, name: str, current: list[Runner], outdated: list[Runner], min_idle: int, retiring: int
-    ) -> int:
-        """How many runners to start now in place of idle runners on an old image: no more than
-        `rollout.max_surge` in flight (replacements booting, replaced runners still being retired or deleted,
-        `retiring` of them this pass), no more than the pool keeps warm (outdated runners above that are
-        surplus, retired as such), within `max_runners`."""
+        self,
+        name: str,
+        current: list[Runner],
+        staying: list[Outdated],
+        min_idle: int,
+        retiring: int,
+        creating: int,
+    ) -> list[Replacement]:
+        """Which outdated idle runners get a replacement now, and where (`policy.plan_replacements`): no more
+        than `rollout.max_surge` in flight (runners booting for no job, replaced runners still being retired or
+        deleted, `retiring` of them this pass), within what `max_runners` leaves after `creating` for demand.
+        `staying`: the outdated runners this pass does not retire."""
         pool = self._config().pools[name]
         in_flight = retiring + sum(
             1
@@ -370,7 +401,57 @@ class Scaler:
             or (runner.state is RunnerState.DELETING and runner.reason in ROLLOUT_REASONS)
         )
         room = pool.max_runners - sum(1 for runner in current if runner.state in CAPACITY_STATES)
-        return max(min(len(outdated) - retiring, min_idle, pool.rollout.max_surge - in_flight, room), 0)
+        usable = [placement.cloud for placement in self._placements(name)]
+        return plan_replacements(
+            staying,
+            max_surge=pool.rollout.max_surge,
+            in_flight=in_flight,
+            min_idle=min_idle,
+            room=room,
+            creating=creating,
+            usable=usable,
+        )
+
+    def _replacement_progress(self, name: str, current: list[Runner], outdated: list[Runner]) -> list[Outdated]:
+        """The outdated runners with how far the replacement this replica started for each got (forgotten once
+        it took a job or is gone: its runner then needs another)."""
+        config = self._config()
+        state = {runner.id: runner.state for runner in current}
+        outdated_ids = {runner.id for runner in outdated}
+        replacing = {
+            new: old
+            for new, old in self._replacing.get(name, {}).items()
+            if state.get(old) is RunnerState.IDLE
+            and (state.get(new) in STARTING_STATES or state.get(new) is RunnerState.IDLE)
+        }
+        self._replacing[name] = replacing
+        progress: dict[str, Literal["booting", "online"]] = {
+            old: "booting" if state[new] in STARTING_STATES else "online"
+            for new, old in replacing.items()
+            if old in outdated_ids
+        }
+        return [Outdated(runner.id, config.cloud_of(runner.cloud), progress.get(runner.id)) for runner in outdated]
+
+    async def _replace(
+        self, name: str, current: list[Runner], replacements: list[Replacement], why: Reason
+    ) -> list[str]:
+        """Start the replacements, each in the cloud it was planned for (first, spilling over to the pool's
+        other placements as any new runner when that one has no room); returns what held some back. `current`
+        holds the runners this pass already started, so that a cloud on trial still gets one at a time."""
+        short: list[str] = []
+        by_cloud: dict[str | None, list[str]] = {}
+        for replacement in replacements:
+            by_cloud.setdefault(replacement.cloud, []).append(replacement.runner_id)
+        usable = self._placements(name)
+        for cloud, replaced in by_cloud.items():
+            # The first usable placement in that cloud: the pool's first there may be paused or failing its check.
+            home = next((placement for placement in usable if placement.cloud == cloud), None)
+            count = len(replaced)
+            group_short, created = await self._start(name, current, [], [], count, warm=count, rollout=why, first=home)
+            short = short or group_short
+            current = [*current, *created]
+            self._replacing.setdefault(name, {}).update(zip((runner.id for runner in created), replaced, strict=False))
+        return short
 
     async def _demand(self, name: str, needed: int, current: list[Runner]) -> tuple[list[QueuedJob], Demand, bool]:
         """The pool's queued jobs judged (`policy.judge_demand`) and, with `max_runners_per_repo`, capped per
@@ -412,12 +493,14 @@ class Scaler:
         unbound_demand: bool = False,
         warm: int | None = None,
         rollout: Reason | None = None,
-    ) -> list[str]:
+        first: Placement | None = None,
+    ) -> tuple[list[str], list[Runner]]:
         """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
         creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
         runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
-        quota's headroom has room for; returns the resources that held some back (empty if none did).
-        `rollout`: they replace idle runners on an old image or in a cloud the pool left (the reason to record).
+        quota's headroom has room for; returns the resources that held some back (empty if none did), and the
+        runners written. `rollout`: they replace idle runners on an old image or in a cloud the pool left (the
+        reason to record). `first`: the placement tried before the pool's others (when usable).
 
         With `max_runners_per_repo`, no more than `warm` runners are started for no job: each would register
         at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
@@ -429,10 +512,10 @@ class Scaler:
             spare = min(spare, warm)
             count = len(uncovered) + spare
             if not count:
-                return []
+                return [], []
         for_jobs: list[int | None] = [*uncovered, *[None] * spare]
         job_runners = count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None)
-        groups, short = self._place(name, current, count, job_runners)
+        groups, short = self._place(name, current, count, job_runners, first)
         self._note_quota(name, count - sum(len(group.claims) for group in groups), short)
         repository = {job.id: job.repository for job in queued}
 
@@ -449,6 +532,7 @@ class Scaler:
 
         received = {job.id: job.received_at for job in queued}
         config, template = self._config(), self._template()
+        written: list[Runner] = []
         for group in groups:
             # The oldest jobs first, then warm runners: the first placement with room takes the first of them.
             taken, for_jobs = for_jobs[: len(group.claims)], for_jobs[len(group.claims) :]
@@ -464,6 +548,7 @@ class Scaler:
                 for job_id in taken
             ]
             created, group_short = await self._write(name, group, intents, unbound_demand)
+            written += created
             short = group_short or short
             for runner in created:
                 job_received_at = received.get(runner.job_id) if runner.job_id is not None else None
@@ -475,7 +560,7 @@ class Scaler:
                     on_error=self.creator.on_error(runner),
                     group=name,
                 )
-        return short
+        return short, written
 
     def _placements(self, name: str) -> list[Placement]:
         """The pool's placements that may take runners now, in order: their check found nothing wrong and
@@ -486,14 +571,18 @@ class Scaler:
             if self._placement_ready(placement.key(name)) and not self.creator.cloud_paused_s(name, placement.cloud)
         ]
 
-    def _place(self, name: str, current: list[Runner], count: int, job_runners: int) -> tuple[list[_Placed], list[str]]:
-        """Claim room for `count` runners (the first `job_runners` for queued jobs) in the pool's placements:
-        each takes what its cloud's quota headroom has room for (a cloud on trial after failing the pool: one
-        runner at a time), the rest spill over to the next. Runners for jobs no placement has room for make
-        the pool wait in its last placement's cloud (lower-priority pools there make room). Returns the
-        claims by placement and what held the rest back."""
+    def _place(
+        self, name: str, current: list[Runner], count: int, job_runners: int, first: Placement | None = None
+    ) -> tuple[list[_Placed], list[str]]:
+        """Claim room for `count` runners (the first `job_runners` for queued jobs) in the pool's placements
+        (`first` before the others, when usable): each takes what its cloud's quota headroom has room for (a
+        cloud on trial after failing the pool: one runner at a time), the rest spill over to the next. Runners
+        for jobs no placement has room for make the pool wait in its last placement's cloud (lower-priority
+        pools there make room). Returns the claims by placement and what held the rest back."""
         pool = self._config().pools[name]
         usable = self._placements(name)
+        if first is not None and first in usable:
+            usable = [first, *(placement for placement in usable if placement != first)]
         if not all(self._quota_of(placement.cloud).looked for placement in usable):
             return [], []  # the first look wakes the pool again, with the quota read
         groups: list[_Placed] = []

@@ -51,6 +51,7 @@ class TimingsRequest(BaseModel):
     boot_delay: float | None = Field(default=None, ge=0)
     register_delay: float | None = Field(default=None, ge=0)
     delete_delay: float | None = Field(default=None, ge=0)
+    schedule_delay: float | None = Field(default=None, ge=0)
 
 
 class WebhookRequest(BaseModel):

@@ -72,6 +72,9 @@ class Timings:
     """ACTIVE -> runner online (the time a guest needs to start the runner)."""
     delete_delay: float = 0.0
     """DELETE request -> server gone from listings."""
+    schedule_delay: float = 0.0
+    """Create accepted -> Nova's conductor schedules the server, which only then counts against the quota:
+    creates within it race past Nova's quota check, and the surplus goes to ERROR ("Quota exceeded for ...")."""
 
 
 class World:

@@ -116,6 +116,7 @@ class CloudState:
     - `add_network(name, cidr)`: one more tenant network with a subnet.
     - `add_image(name, properties, tags)`: one more active image, the newest (an image pipeline's upload).
     - `history()`: every server's lifetime (`ServerLife.view()`), deleted ones included, oldest first.
+    - `schedule_pending()`: run Nova's conductor now for every server accepted but not yet scheduled.
     - `reset()`: drop what was created at run time, restore default quotas and seeded resources.
     """
 
@@ -150,6 +151,12 @@ class CloudState:
         self.volumes: dict[str, Volume] = {}
         self.quota: dict[str, int] = dict(seed.DEFAULT_QUOTA)
         self.used: Counter[str] = Counter()
+        """Nova's usage: servers scheduled (instance records), those the quota recheck put in ERROR included."""
+        self._over_quota: Counter[str] = Counter()
+        """What the servers the quota recheck put in ERROR hold of `used`."""
+        self._unscheduled: dict[str, str | None] = {}
+        """Servers accepted but not yet scheduled (not counted by the quota yet), oldest first, each with the
+        build failure its volumes met (None: none)."""
         self.counters: Counter[str] = Counter()
         self._free_ips: dict[str, list[str]] = {}
         self._next_ip: dict[str, int] = {
@@ -275,7 +282,9 @@ class CloudState:
     # -- quotas --------------------------------------------------------------------------------
 
     def check_nova_quota(self, flavor: Flavor) -> None:
-        """Nova checks instances, then cores, then ram, and names every quota that would be exceeded."""
+        """Nova checks instances, then cores, then ram, and names every quota that would be exceeded. It counts
+        instance records, which its conductor makes when it schedules a server: creates accepted before then
+        are not counted, and the conductor's recheck (`_schedule`) fails those that raced past the quota."""
         wanted = {"instances": 1, "cores": flavor.vcpus, "ram": flavor.ram}
         over = [
             name for name in NOVA_QUOTAS if self.quota[name] >= 0 and self.used[name] + wanted[name] > self.quota[name]
@@ -322,7 +331,8 @@ class CloudState:
     # -- servers -------------------------------------------------------------------------------
 
     def create_server(self, request: ServerRequest) -> Server:
-        """Accept a boot: the server is BUILD at once and ACTIVE (or ERROR) after the boot delay."""
+        """Accept a boot: the server is BUILD at once, scheduled after the schedule delay (at once by default)
+        and ACTIVE (or ERROR) after the boot delay."""
         self.check_nova_quota(request.flavor)
         self.check_port_quota_for_boot(sum(1 for nic in request.nics if nic.port_id is None))
         moment = now()
@@ -352,17 +362,54 @@ class CloudState:
         )
         while len(self.lives) > HISTORY_LIMIT:
             self.lives.popitem(last=False)
-        self.used.update(instances=1, cores=request.flavor.vcpus, ram=request.flavor.ram)
         if server.server_group_id:
             self.server_groups[server.server_group_id].members.append(server.id)
         self.counters["servers_created"] += 1
         self.world.stats.incr("openstack_servers_created")
-        failure = self._attach_requested_volumes(server, request.volumes)
-        if failure is not None:
-            self.world.call_later(self.world.timings.boot_delay, self._fail, server.id, failure)
+        self._unscheduled[server.id] = self._attach_requested_volumes(server, request.volumes)
+        if self.world.timings.schedule_delay > 0:
+            self.world.call_later(self.world.timings.schedule_delay, self._schedule, server.id)
         else:
-            self.world.call_later(self.world.timings.boot_delay, self._finish_boot, server.id)
+            self._schedule(server.id)
         return server
+
+    def schedule_pending(self) -> None:
+        """Nova's conductor, now, for every server accepted and not yet scheduled, oldest first: what
+        `schedule_delay` does later (a test that makes creates race past the quota need not wait for it)."""
+        for server_id in list(self._unscheduled):
+            self._schedule(server_id)
+
+    def _schedule(self, server_id: str) -> None:
+        """Nova's conductor: the server becomes an instance record, counted by the quota, which is checked
+        again; a server past it (creates that raced past the API's check) goes to ERROR with a 413 fault,
+        as on Nova 34: "Quota exceeded for cores, instances: Requested 1, 1, but already used 3, 3 of 3, 3
+        cores, instances". The others go on to boot."""
+        if server_id not in self._unscheduled:
+            return  # scheduled already (by `schedule_pending`), or deleted before
+        failure = self._unscheduled.pop(server_id)
+        server = self.servers[server_id]
+        flavor = self.flavors.get(server.flavor_id)
+        wanted = {"instances": 1, "cores": flavor.vcpus if flavor else 0, "ram": flavor.ram if flavor else 0}
+        self.used.update(wanted)
+        if server.deleting:
+            return
+        over = sorted(
+            name
+            for name in NOVA_QUOTAS
+            if self.quota[name] >= 0 and self.used[name] - self._over_quota[name] > self.quota[name]
+        )
+        if over:
+            self._over_quota.update(wanted)
+            names = ", ".join(over)
+            requested = ", ".join(str(wanted[name]) for name in over)
+            used = ", ".join(str(self.used[name] - self._over_quota[name]) for name in over)
+            limits = ", ".join(str(self.quota[name]) for name in over)
+            message = f"Quota exceeded for {names}: Requested {requested}, but already used {used} of {limits} {names}"
+            self._fail(server_id, message, code=413)
+        elif failure is not None:
+            self.world.call_later(self.world.timings.boot_delay, self._fail, server_id, failure)
+        else:
+            self.world.call_later(self.world.timings.boot_delay, self._finish_boot, server_id)
 
     def _attach_requested_volumes(self, server: Server, requests: list[VolumeRequest]) -> str | None:
         """Create and attach the mapped volumes; returns the build failure Cinder's quota causes, if any."""
@@ -421,7 +468,7 @@ class CloudState:
         self.world.stats.incr("openstack_servers_active")
         self.world.server_active(server.id, decode_user_data(server.user_data))
 
-    def _fail(self, server_id: str, message: str) -> None:
+    def _fail(self, server_id: str, message: str, code: int = 500) -> None:
         """ERROR with a fault, as after a failed schedule or build: networking is torn down again."""
         server = self.servers.get(server_id)
         if server is None or server.deleting:
@@ -429,7 +476,7 @@ class CloudState:
         moment = now()
         server.status, server.vm_state, server.task_state = "ERROR", "error", None
         server.power_state = POWER_NOSTATE
-        server.fault = Fault(code=500, message=message, created=iso_z(moment))
+        server.fault = Fault(code=code, message=message, created=iso_z(moment))
         self._unplug_all(server)
         server.touch(moment)
         self.counters["servers_errored"] += 1
@@ -452,7 +499,13 @@ class CloudState:
         if server is None:
             return
         flavor = self.flavors.get(server.flavor_id)
-        self.used.subtract({"instances": 1, "cores": flavor.vcpus if flavor else 0, "ram": flavor.ram if flavor else 0})
+        held = {"instances": 1, "cores": flavor.vcpus if flavor else 0, "ram": flavor.ram if flavor else 0}
+        if server.id in self._unscheduled:  # deleted before it was scheduled: never counted
+            del self._unscheduled[server.id]
+        else:
+            self.used.subtract(held)
+            if server.fault is not None and server.fault.code == 413:
+                self._over_quota.subtract(held)
         self._unplug_all(server)
         self.ports_by_device.pop(server.id, None)
         for attachment in server.attachments:
