@@ -1,7 +1,8 @@
 """Fixtures for the live suite: a real OpenStack named by OS_CLOUD/clouds.yaml or the OS_* variables.
 
 Every test here is skipped, with the reason, unless USE_LIVE_OPENSTACK=true, credentials are present and
-CORRAL_LIVE_IMAGE, CORRAL_LIVE_FLAVOR and CORRAL_LIVE_NETWORK name what a pool would use. Everything a run
+CORRAL_LIVE_IMAGE, CORRAL_LIVE_FLAVOR and CORRAL_LIVE_NETWORK name what a pool would use (the network and
+security group are resolved to ids in the tested project: an admin sees other projects' too). Everything a run
 creates carries its run id (in corral's installation metadata or in a run marker), and the session
 finalizer deletes all of it, so a failed run leaves nothing behind on a shared cloud.
 """
@@ -18,7 +19,16 @@ from openstack import exceptions as os_exceptions
 from corral.cloud.openstack import OpenStackProvider, connect
 from corral.sandbox.server import Sandbox
 from corral.sandbox.world import Timings
-from tests.live.support import ApiCounter, Figures, LiveCloud, cloud_config, env, live_skip_reason, new_run_id
+from tests.live.support import (
+    ApiCounter,
+    Figures,
+    LiveCloud,
+    cloud_config,
+    env,
+    in_project,
+    live_skip_reason,
+    new_run_id,
+)
 
 LIVE_DIR = Path(__file__).parent
 FIGURES = pytest.StashKey[Figures]()
@@ -66,13 +76,18 @@ def live() -> Iterator[LiveCloud]:
         pytest.skip(reason)
     observer = connect(cloud_config())
     has_volumes = bool(observer.has_service("block-storage"))
+    project = observer.current_project_id
+    network = in_project(observer.network.find_network, env("CORRAL_LIVE_NETWORK"), project)
+    group = in_project(observer.network.find_security_group, env("CORRAL_LIVE_SECURITY_GROUP", "default"), project)
     cloud = LiveCloud(
         observer=observer,
         run=new_run_id(),
         image=env("CORRAL_LIVE_IMAGE"),
         flavor=env("CORRAL_LIVE_FLAVOR"),
-        network=env("CORRAL_LIVE_NETWORK"),
-        security_group=env("CORRAL_LIVE_SECURITY_GROUP", "default"),
+        network=str(network.id),
+        network_name=str(network.name),
+        security_group=str(group.id),
+        security_group_name=str(group.name),
         availability_zone=env("CORRAL_LIVE_AVAILABILITY_ZONE", "nova"),
         volume_type=_default_volume_type(observer) if has_volumes else None,
         has_volumes=has_volumes,

@@ -514,8 +514,11 @@ class Script:
         and its guests would see it, a few at a time to stay within a default project quota."""
         network = self.side.conn.network
         self.network_names = {
-            network.find_network(name, ignore_missing=False).id: name
-            for name in (self.side.pool.network, self.side.pool.second_network)
+            found.id: str(found.name)
+            for found in (
+                network.find_network(name, ignore_missing=False)
+                for name in (self.side.pool.network, self.side.pool.second_network)
+            )
         }
         creates: list[Create] = []
         for behaviour, mappings, with_image, _ in ACCEPTED:

@@ -80,6 +80,9 @@ class PoolNames:
     image: str
     flavor: str
     network: str
+    """As the pool names it: the sandbox's by name, the live cloud's by id (its name may be another project's)."""
+    network_name: str
+    """What Nova keys a server's addresses by."""
     second_network: str
     second_group: str
     key_name: str
@@ -90,7 +93,7 @@ class PoolNames:
     @property
     def placeholders(self) -> dict[str, str]:
         return {
-            self.network: "{network}",
+            self.network_name: "{network}",
             self.second_network: "{second network}",
             self.second_group: "{second group}",
             self.key_name: "{key pair}",

@@ -57,6 +57,23 @@ def cloud_config() -> CloudConfig:
     return CloudConfig(name=os.environ.get("OS_CLOUD") or None, region=os.environ.get("OS_REGION_NAME") or None)
 
 
+def in_project(find: Callable[..., Any], name_or_id: str, project: str | None) -> Any:
+    """The resource `name_or_id` names for the tested project, found with `find` (openstacksdk's
+    `find_network`, `find_security_group`).
+
+    A pool given a name several resources share is refused by design ("use the id"), and an admin account
+    sees every project's: ministack's admin sees project two's `private` network and `default` group next to
+    its own. So the suite resolves the names it is given once, here, taking the project's own where the name
+    is ambiguous, and hands corral the ids, as such a user would write them in corral.yaml.
+    """
+    try:
+        return find(name_or_id, ignore_missing=False)
+    except os_exceptions.DuplicateResource:
+        if project is None:
+            raise
+        return find(name_or_id, ignore_missing=False, project_id=project)
+
+
 def poll(probe: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.1) -> T:
     """The first truthy `probe()`, polled at `interval` (gentle on a real API); fails naming `what`."""
     deadline = time.monotonic() + timeout
@@ -152,7 +169,13 @@ class LiveCloud:
     image: str
     flavor: str
     network: str
+    """The pool's network by id: CORRAL_LIVE_NETWORK as the tested project sees it (`in_project`)."""
+    network_name: str
+    """Its name, which Nova keys the server's addresses by."""
     security_group: str
+    """The pool's security group by id (CORRAL_LIVE_SECURITY_GROUP, likewise)."""
+    security_group_name: str
+    """Its name, which Nova lists on the server."""
     availability_zone: str
     volume_type: str | None
     has_volumes: bool

@@ -71,8 +71,8 @@ def test_create_answers_with_the_new_servers_identity(full: Made) -> None:
 def test_flavor_network_and_security_group_reach_the_server(live: LiveCloud, full: Made) -> None:
     server = full.server
     assert server.flavor["original_name"] == live.flavor
-    assert list(server.addresses) == [live.network], "the server should have a port on the pool's network only"
-    assert [group["name"] for group in server.security_groups] == [live.security_group]
+    assert list(server.addresses) == [live.network_name], "the server should have a port on the pool's network only"
+    assert [group["name"] for group in server.security_groups] == [live.security_group_name]
 
 
 def test_key_pair_zone_and_config_drive_reach_the_server(live: LiveCloud, full: Made) -> None:

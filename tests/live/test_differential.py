@@ -35,12 +35,13 @@ DEFAULT_VOLUME_TYPE = "__DEFAULT__"
 """Cinder's default volume type, on the sandbox and on a cloud that does not rename it."""
 
 
-def _ids(conn: openstack.connection.Connection, live: LiveCloud) -> tuple[str, str, str]:
-    """The image, flavor and network ids behind the names the live suite uses (the sandbox seeds the same)."""
+def _ids(conn: openstack.connection.Connection, live: LiveCloud, network: str) -> tuple[str, str, str]:
+    """The image, flavor and network ids behind the names the live suite uses (the sandbox seeds the same
+    names; on the live cloud the network is given by id, as its name may be another project's too)."""
     image = conn.image.find_image(live.image, ignore_missing=False).id
     flavor = conn.compute.find_flavor(live.flavor, ignore_missing=False).id
-    network = conn.network.find_network(live.network, ignore_missing=False).id
-    return str(image), str(flavor), str(network)
+    network_id = conn.network.find_network(network, ignore_missing=False).id
+    return str(image), str(flavor), str(network_id)
 
 
 def _sandbox_connection(sandbox: Sandbox) -> openstack.connection.Connection:
@@ -52,7 +53,7 @@ def _sandbox_connection(sandbox: Sandbox) -> openstack.connection.Connection:
 def _sandbox_side(
     sandbox: Sandbox, conn: openstack.connection.Connection, live: LiveCloud, volume_type: str
 ) -> Iterator[Side]:
-    image, flavor, network = _ids(conn, live)
+    image, flavor, network = _ids(conn, live, live.network_name)
     world = sandbox.world
 
     @contextmanager
@@ -85,7 +86,8 @@ def _sandbox_side(
     pool = PoolNames(
         image=live.image,
         flavor=live.flavor,
-        network=live.network,
+        network=live.network_name,
+        network_name=live.network_name,
         second_network=second.name,
         second_group="runners",
         key_name=conn.compute.create_keypair(name="corral-diff-key").name,
@@ -134,7 +136,7 @@ def _live_side(live: LiveCloud) -> Iterator[Side]:
     """The live cloud, with a second network and security group and (where the account may) a volume type
     made for the run and deleted after it."""
     conn = live.observer
-    image, flavor, network = _ids(conn, live)
+    image, flavor, network = _ids(conn, live, live.network)
     name = f"corral-live-{live.run}-diff"
 
     @contextmanager
@@ -186,6 +188,7 @@ def _live_side(live: LiveCloud) -> Iterator[Side]:
             image=live.image,
             flavor=live.flavor,
             network=live.network,
+            network_name=live.network_name,
             second_network=str(second.name),
             second_group=str(group.name),
             key_name=live.key_name,

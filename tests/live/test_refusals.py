@@ -1,18 +1,24 @@
 """What corral learns when the cloud says no: a refusal it must not retry, an out-of-quota it must wait out,
-or a server that Nova accepted and then put in ERROR with a fault a person can read."""
+or a server that Nova accepted and then put in ERROR with a fault a person can read (or, when creates raced
+past the quota, with a quota fault corral reads as the quota)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from openstack import exceptions as os_exceptions
 
-from corral.cloud.openstack import OpenStackProvider
-from corral.cloud.provider import CloudQuotaExceeded, CloudRequestRejected, CloudServer
-from corral.config import VolumeConfig
-from tests.live.support import ApiCounter, LiveCloud, exhausted_quota, poll
+from corral.cloud.openstack import OpenStackProvider, connect
+from corral.cloud.provider import CloudQuotaExceeded, CloudRequestRejected, CloudServer, ServerSpec
+from corral.config import CloudConfig, VolumeConfig
+from corral.model import Reason, RunnerState
+from corral.policy import RunnerFacts, Verdict, judge_runner
+from tests.live.support import ApiCounter, LiveCloud, env, exhausted_quota, poll
 
 
 @pytest.mark.parametrize("option", ["image", "flavor", "network"])
@@ -169,3 +175,90 @@ def test_image_rebuilt_under_the_same_name_costs_no_failed_create(
     second = provider.create_server(live.spec("rotate-2", image=name))
     discard.append(second.id)
     assert live.wait_status(second.id, "ACTIVE", "ERROR").image.id == new
+
+
+QUOTA_CLOUD = "ministack-two"
+"""A clouds.yaml entry for a project of its own with a quota of 3 instances (`CORRAL_LIVE_QUOTA_CLOUD`)."""
+QUOTA_INSTANCES = 3
+QUOTA_NETWORK = "private"
+"""That project's own network (`CORRAL_LIVE_QUOTA_NETWORK`): the main project's may not be usable there."""
+
+
+@pytest.fixture
+def quota_provider(live: LiveCloud) -> Iterator[OpenStackProvider]:
+    """A provider in the small-quota project; every server it made there is deleted when the test ends (the
+    session's cleanup sees only the main project)."""
+    name = env("CORRAL_LIVE_QUOTA_CLOUD", QUOTA_CLOUD)
+    try:
+        connection = connect(CloudConfig(name=name))
+    except os_exceptions.ConfigException:
+        pytest.skip(f"no clouds.yaml entry {name!r} (a project with a quota of {QUOTA_INSTANCES} instances)")
+    provider = OpenStackProvider(connection, f"{live.installation}-race")
+    try:
+        yield provider
+    finally:
+        made = {server.id for server in provider.list_servers()}
+        for server_id in made:
+            # As the admin: ministack's Neutron refuses the project's own user the delete of a server's port
+            # ("rule:delete_port is disallowed by policy"), which leaves the server in ERROR, holding the quota.
+            live.observer.compute.delete_server(server_id)
+        poll(
+            lambda: not made & {server.id for server in provider.list_servers()},
+            timeout=live.timeout,
+            what="the race's servers gone",
+            interval=0.25,
+        )
+        provider.close()
+
+
+def test_creates_that_race_past_the_quota_end_in_error_servers_corral_reads_as_quota(
+    live: LiveCloud, quota_provider: OpenStackProvider
+) -> None:
+    """Nova counts a server once its conductor has scheduled it: creates sent together race past its quota
+    check (202), and its recheck puts the surplus in ERROR with a quota fault ("Quota exceeded for cores,
+    instances: ..."). corral reads such a server as the quota (its runner fails `cloud_quota`: the pool waits
+    and spills over), not as a failed boot (which would count against the pool's image and its cloud)."""
+    assert list(quota_provider.connection.compute.servers()) == [], "the small-quota project must start empty"
+    network = env("CORRAL_LIVE_QUOTA_NETWORK", QUOTA_NETWORK)
+    specs = [
+        live.spec(f"race-{index}", installation=quota_provider.installation, networks=(network,)) for index in range(4)
+    ]
+    quota_provider.check_pool(specs[0])  # names resolved and cached first, so the four creates are only POSTs
+    start = threading.Barrier(len(specs))
+
+    def create(spec: ServerSpec) -> CloudServer | CloudQuotaExceeded:
+        start.wait()
+        try:
+            return quota_provider.create_server(spec)
+        except CloudQuotaExceeded as refused:  # the quota check caught it: no race for this one
+            return refused
+
+    with ThreadPoolExecutor(len(specs)) as threads:
+        answers = list(threads.map(create, specs))
+    accepted = {server.id for server in answers if isinstance(server, CloudServer)}
+
+    def settled() -> list[CloudServer] | None:
+        servers = [server for server in quota_provider.list_servers() if server.id in accepted]
+        return servers if len(servers) == len(accepted) and all(s.status != "BUILD" for s in servers) else None
+
+    servers = poll(settled, timeout=live.timeout, what="the accepted servers to leave BUILD", interval=0.5)
+    active = [server for server in servers if server.status == "ACTIVE"]
+    errors = [server for server in servers if server.status == "ERROR"]
+    assert len(active) + len(errors) == len(accepted) and len(active) <= QUOTA_INSTANCES
+    # Nova's rechecks run side by side: each may see the others counted, so more than the surplus can fail.
+    assert errors, f"no create raced past the quota this time ({len(specs) - len(accepted)} refused up front)"
+    for server in errors:
+        assert server.fault is not None and server.fault.startswith("Quota exceeded for "), server.fault
+        verdict = judge_runner(
+            RunnerFacts(
+                state=RunnerState.BOOTING,
+                in_flight=False,
+                observed_age_s=1.0,
+                bootstrap_timeout_s=600.0,
+                server_status=server.status,
+                server_fault=server.fault,
+            )
+        )
+        assert verdict == Verdict(
+            RunnerState.FAILED, Reason.CLOUD_QUOTA, f"quota exceeded: server in ERROR: {server.fault}"
+        )
