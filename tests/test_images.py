@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.cloud.images import ImageFilter
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import ServerSpec
 from corral.config import ConfigError, parse_config
 from corral.engine.rollouts import Rollouts
+from corral.images import ImageFilter
 from corral.model import STARTING_STATES, Reason, Runner, RunnerState
 from corral.policy import Outdated, Replacement, plan_replacements, retirement_order
 from corral_sandbox.cloud.seed import seeded_id

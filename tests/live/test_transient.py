@@ -11,11 +11,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from corral.cloud.openstack import RETRY_DELAYS_S, OpenStackProvider, ownership_tag
+from corral.cloud.openstack import DEFAULT_RETRIES, OpenStackProvider, ownership_tag, retry_delay_s
 from corral.cloud.provider import CloudServer, CloudTransientError
 from tests.live.support import LiveCloud
 from tests.live.tcp_proxy import Fault, TcpProxy, proxy_to
 
+RETRY_DELAYS_S = tuple(retry_delay_s(attempt) for attempt in range(DEFAULT_RETRIES))
+"""The pauses a provider with the default retries takes before giving up (0.2 s, then 1 s)."""
 ATTEMPTS = 1 + len(RETRY_DELAYS_S)
 TIMEOUT_S = 10.0  # a busy ministack Nova has taken over 3 s to list (keystoneauth says ConnectTimeout for any timeout)
 
