@@ -11,12 +11,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from corral.cloud.openstack import RETRY_DELAYS_S, OpenStackProvider, ownership_tag
+from corral.cloud.openstack import DEFAULT_RETRIES, OpenStackProvider, ownership_tag, retry_delay_s
 from corral.cloud.provider import CloudServer, CloudTransientError
 from tests.live.support import LiveCloud
 from tests.live.tcp_proxy import Fault, TcpProxy, proxy_to
 
-ATTEMPTS = 1 + len(RETRY_DELAYS_S)
+RETRY_DELAYS_S = [retry_delay_s(attempt) for attempt in range(DEFAULT_RETRIES)]
+ATTEMPTS = 1 + DEFAULT_RETRIES
 TIMEOUT_S = 10.0  # a busy ministack Nova has taken over 3 s to list (keystoneauth says ConnectTimeout for any timeout)
 
 
