@@ -5,7 +5,7 @@ how many passes a job's webhooks woke, so the tests leave them out) and over mor
 Runs the sandbox and corral in this process (counts, unlike CPU time, do not mind sharing it). Passes are
 driven by `LocalCorral.settle()` alone: the periodic look, missed-job scan and stale-job check are an hour apart.
 
-    .venv/bin/python bench/costs.py [--jobs 20] [--runners 10,1000] [--no-postgresql]
+    .venv/bin/python bench/costs.py [--jobs 40] [--runners 0,10,1000] [--no-postgresql]
 """
 
 from __future__ import annotations
@@ -112,30 +112,37 @@ def passes(sandbox: Sandbox, control: httpx.Client, folder: Path, sizes: list[in
         )
 
 
-def jobs(sandbox: Sandbox, control: httpx.Client, folder: Path, count: int) -> None:
-    """N jobs that take no time, one after another, each served and its runner deleted before the next: cost
-    per job. Reads depend on how many passes the job's webhooks and the looks woke, so they are printed, not
-    asserted by the tests."""
+def jobs(sandbox: Sandbox, control: httpx.Client, folder: Path, count: int, *, burst: bool) -> None:
+    """N jobs that take no time, one after another (each served and its runner deleted before the next) or
+    all at once: cost per job. Reads depend on how many passes the jobs' webhooks and the looks woke, and a
+    burst's writes on how runners and jobs meet (swaps, diversions), so the tests assert only the sequential
+    writes and calls."""
     control.post("/reset").raise_for_status()
-    corral = start(sandbox, folder, "jobs")
+    corral = start(sandbox, folder, f"jobs-{'burst' if burst else 'sequential'}", max_runners=count if burst else 10)
     looks = 0
+    request = {"repo": "octo-org/app", "labels": ["self-hosted", "small"], "duration": 0}
+
+    def served(wanted: set[int]) -> bool:
+        completed = {job["id"] for job in control.get("/jobs", params={"status": "completed"}).json()}
+        return wanted <= completed and not corral.runners(states=LIVE)
+
     try:
         settled(corral, lambda: True)
         counter = StatementCounter(corral.service.store.engine)
         before = sandbox_calls(control)
         with counter.counting():
-            for _ in range(count):
-                answer = control.post(
-                    "/jobs", json={"repo": "octo-org/app", "labels": ["self-hosted", "small"], "duration": 0}
-                )
-                job_id = answer.raise_for_status().json()["id"]
-
-                def served(job: int = job_id) -> bool:
-                    completed = control.get(f"/jobs/{job}").json()["status"] == "completed"
-                    return completed and not corral.runners(states=LIVE)
-
-                looks += settled(corral, served)
+            rounds = [count] if burst else [1] * count
+            for size in rounds:
+                wanted = {control.post("/jobs", json=request).raise_for_status().json()["id"] for _ in range(size)}
+                looks += settled(corral, lambda wanted=wanted: served(wanted))
         calls = calls_since(control, before)
+        runners = corral.runners()
+        moves = sum(
+            1
+            for runner in runners
+            for event in corral.events(runner.id)
+            if event.from_state not in (None, event.to_state)
+        )
     finally:
         corral.stop()
     listings = {
@@ -148,7 +155,8 @@ def jobs(sandbox: Sandbox, control: httpx.Client, folder: Path, count: int) -> N
     reads = Counter({kind: n for kind, n in counter.kinds.items() if kind.startswith("SELECT")})
     writes = Counter({kind: n for kind, n in counter.kinds.items() if not kind.startswith("SELECT")})
     print(
-        f"jobs={count} looks={looks} per_job: cloud_calls={sum(work['openstack'].values()) / count:g} "
+        f"jobs={count} {'at once' if burst else 'one after another'}: runners={len(runners)} moves={moves} "
+        f"looks={looks} per_job: cloud_calls={sum(work['openstack'].values()) / count:g} "
         f"github_calls={sum(work['github'].values()) / count:g} (besides the looks' listings) "
         f"writes={sum(writes.values()) / count:g} reads={sum(reads.values()) / count:g}",
         flush=True,
@@ -160,7 +168,7 @@ def jobs(sandbox: Sandbox, control: httpx.Client, folder: Path, count: int) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=40, help="jobs one after another, then as many at once")
     parser.add_argument("--runners", default="0,10,1000", help="idle runners for the pass figures, comma-separated")
     parser.add_argument("--no-postgresql", action="store_true", help="intake on SQLite only")
     args = parser.parse_args()
@@ -175,7 +183,8 @@ def main() -> None:
             httpx.Client(base_url=sandbox.info.control_url, timeout=60) as control,
         ):
             passes(sandbox, control, folder, [int(size) for size in args.runners.split(",") if size])
-            jobs(sandbox, control, folder, args.jobs)
+            jobs(sandbox, control, folder, args.jobs, burst=False)
+            jobs(sandbox, control, folder, args.jobs, burst=True)
 
 
 if __name__ == "__main__":
