@@ -158,11 +158,13 @@ STREAM = 90
 def test_a_rollout_finishes_under_a_steady_stream_of_a_job_a_second(
     sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:
-    """With a job a second nearly every pass creates for demand, and replaces idle runners too: no free runner
-    is left on the old image before the stream's last job, and replacements were started (`image_rollout`).
-    The sandbox hands each job to its longest-idle runner, so the stream itself also uses up the old runners;
-    that a pass creating for demand replaces too is pinned on the decision itself
-    (`test_a_pass_that_creates_for_demand_still_replaces_max_surge_outdated_runners`)."""
+    """With a job a second, and GitHub handing each job to the newest idle runner (it promises no order), no
+    free runner is left on the old image before the stream's last job, and replacements were started
+    (`image_rollout`). A replacement is its old runner's successor, not one more free runner: counted as free
+    too, each replacement was taken by the next job the moment it came online while the last old runner stayed
+    idle, and the rollout never ended. That a pass creating for demand replaces too is pinned on the decision
+    itself (`test_a_pass_that_creates_for_demand_still_replaces_max_surge_outdated_runners`)."""
+    control.put("/faults", json={"world": {"runner_choice": "newest"}}).raise_for_status()
     tuning = {"pool_recheck": "1s"}
     corral = start_corral(document=corral_config(sandbox.info, database_url, {"linux": image_pool()}, tuning=tuning))
     old = seeded_image(sandbox, "ubuntu-24.04-runner")

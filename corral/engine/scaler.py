@@ -190,8 +190,16 @@ class Scaler:
                 f"{self._config().max_runners_per_job} times (max_runners_per_job); each gets another once GitHub "
                 "confirms it still queued",
             )
+        # A replacement booting for an outdated runner still idle is that runner's successor, not one more
+        # free runner: counted as free too, a job that takes it leaves the pool a runner short with no create.
+        state_of = {runner.id: runner.state for runner in current}
+        successors = sum(
+            1
+            for new, old in self._replacing.get(name, {}).items()
+            if state_of.get(new) in STARTING_STATES and state_of.get(old) is RunnerState.IDLE
+        )
         counts = PoolCounts(
-            starting=sum(states[state] for state in STARTING_STATES),
+            starting=sum(states[state] for state in STARTING_STATES) - successors,
             idle=states[RunnerState.IDLE],
             busy=states[RunnerState.BUSY],
             queued_jobs=waiting,

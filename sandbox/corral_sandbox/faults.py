@@ -12,7 +12,10 @@ from __future__ import annotations
 import fnmatch
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+RunnerChoice = Literal["oldest", "newest"]
+RUNNER_CHOICES: tuple[RunnerChoice, ...] = ("oldest", "newest")
 
 
 class FaultSpecError(ValueError):
@@ -76,6 +79,10 @@ class WorldFaults:
     scaleset_pickup_stall_rate: float = 0.0
     """Share of jobs GitHub hands to a scale set's idle runner that the runner never picks up (it hangs):
     after `reassign_after_s` the attempt is canceled and the job requeued, three times at most."""
+    runner_choice: RunnerChoice = "oldest"
+    """Which idle classic runner that fits a newly queued job takes it: the one idle longest ("oldest"), or
+    the one that came online last ("newest"). GitHub promises no order; the sandbox's choice, to be switched
+    so that a test cannot lean on either."""
 
     def validate(self) -> None:
         for name in (
@@ -92,6 +99,10 @@ class WorldFaults:
                 raise FaultSpecError(f"world fault: '{name}' must be between 0 and 1, got {value!r}")
         if not isinstance(self.failing_images, list) or not all(isinstance(i, str) for i in self.failing_images):
             raise FaultSpecError("world fault: 'failing_images' must be a list of image ids")
+        if self.runner_choice not in RUNNER_CHOICES:
+            raise FaultSpecError(
+                f"world fault: 'runner_choice' must be one of {', '.join(RUNNER_CHOICES)}, got {self.runner_choice!r}"
+            )
         if self.secondary_retry_after < 0:
             raise FaultSpecError("world fault: 'secondary_retry_after' must not be negative")
 

@@ -47,6 +47,7 @@ def test_latency_is_the_largest_of_matching_rules() -> None:
         ({"endpoints": [{"error_rate": 1}]}, "match"),
         ({"world": {"boot_failure_rate": -0.1}}, "boot_failure_rate"),
         ({"world": {"boot_failures": 1}}, "boot_failures"),
+        ({"world": {"runner_choice": "random"}}, "runner_choice"),
         ({"wrld": {}}, "wrld"),
     ],
 )

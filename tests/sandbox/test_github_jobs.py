@@ -7,6 +7,7 @@ import gzip
 from typing import Any
 
 import httpx
+import pytest
 
 from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import installation_client, jit_config, pat_client
@@ -94,6 +95,32 @@ def test_runner_takes_the_oldest_fitting_queued_job(sandbox: Sandbox, control: h
     _boot(sandbox, encoded.encode())
     assert _job(control, older["id"])["status"] == "in_progress"
     assert _job(control, newer["id"])["status"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("choice", "takers"),
+    [
+        (None, ["first", "second", "third"]),
+        ("oldest", ["first", "second", "third"]),
+        ("newest", ["third", "second", "first"]),
+    ],
+)
+def test_a_queued_job_goes_to_the_idle_runner_the_world_fault_runner_choice_names(
+    sandbox: Sandbox, control: httpx.Client, choice: str | None, takers: list[str]
+) -> None:
+    """GitHub promises no order among the idle runners a job fits: the sandbox hands it to the one idle
+    longest, or with `runner_choice: newest` to the one that came online last (so no test leans on either)."""
+    if choice is not None:
+        control.put("/faults", json={"world": {"runner_choice": choice}}).raise_for_status()
+    assert control.get("/faults").json()["world"]["runner_choice"] == (choice or "oldest")
+    gh = pat_client(sandbox)
+    names: dict[int, str] = {}
+    for name in ("first", "second", "third"):
+        runner_id, encoded = jit_config(gh, "octo-org", name, ["small"])
+        _boot(sandbox, encoded.encode())
+        names[runner_id] = name
+    jobs = [_submit(control, ["self-hosted", "small"], duration=60) for _ in names]
+    assert [names[_job(control, job["id"])["runner_id"]] for job in jobs] == takers
 
 
 def test_lost_machine_fails_the_job_and_leaves_the_runner_offline(sandbox: Sandbox, control: httpx.Client) -> None:

@@ -3,9 +3,11 @@
 A JIT runner is registered (listed offline) when its configuration is generated. When its guest starts
 it, the runner comes online and GitHub hands it the oldest queued job it can serve: the runner's scope
 covers the job's repository and every label the job asks for is one of the runner's (case-insensitive).
-A job submitted while a fitting runner idles starts at once. The ephemeral runner runs that one job,
-reports completion, deregisters and exits. If its machine vanishes the runner goes offline and a job it
-was running fails. Every job transition is reported through `on_job_event` (the webhook source).
+A job submitted while fitting runners idle starts at once, on the one idle longest (the world fault
+`runner_choice: newest` picks the one online last instead: GitHub promises no order). The ephemeral
+runner runs that one job, reports completion, deregisters and exits. If its machine vanishes the runner
+goes offline and a job it was running fails. Every job transition is reported through `on_job_event` (the
+webhook source).
 
 Runner scale sets (`github/actions/`) route their jobs themselves: the `delegate` is offered every new job
 first and told when one of its runners comes online; it hands jobs to runners through `start`. A scale
@@ -189,9 +191,13 @@ class Scheduler:
         return job
 
     def enqueue(self, job: Job) -> None:
-        """Queue `job` for classic runners; an idle one that fits takes it at once."""
+        """Queue `job` for classic runners; an idle one that fits takes it at once: the one idle longest, or
+        the one that came online last with the world fault `runner_choice: newest` (GitHub promises no order)."""
         self._queued[job.id] = job
-        runner = next((r for r in self._idle.values() if self._fits(r, job)), None)
+        idle = list(self._idle.values())
+        if self.world.faults.world.runner_choice == "newest":
+            idle.reverse()
+        runner = next((r for r in idle if self._fits(r, job)), None)
         if runner is not None:
             self._start(job, runner)
 
