@@ -28,7 +28,7 @@ Definitions of the figures:
 - leaks: after the trace has settled, every pool is drained through the REST API (no new runners, idle
   ones retired); once corral has no runner left (or the drain timeout passes) whatever the sandbox still
   holds is a leak: servers, volumes, ports beyond those before the run, runner registrations
-  (`corral.demo.count_leaks`).
+  (`corral_sandbox.demo.count_leaks`).
 - duplicates: servers created beyond one per job: servers whose runner ran no job, less the pools'
   `min_idle` (the warm runners standing at the end, which the drain retires). A warm runner that takes a
   job is replaced by one started for that job, so a perfect run creates exactly jobs + min_idle servers.
@@ -96,10 +96,10 @@ import psycopg
 import yaml
 
 from corral.cloud.provider import META_RUNNER
-from corral.demo import Leaks, count_leaks
 from corral.files import write_private
-from corral.local import app_github, corral_config, pool_spec
-from corral.sandbox.server import SandboxInfo
+from corral_sandbox.demo import Leaks, count_leaks
+from corral_sandbox.local import app_github, corral_config, pool_spec
+from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import chaos_measures as measures

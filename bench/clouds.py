@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import RunnerState
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import Timings
 
 FIRST_CLOUD = ("healthy", "full", "failing", "unbootable")
 

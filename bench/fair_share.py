@@ -28,7 +28,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.quota import percentile
 from bench.support import start_sandbox, stop
-from corral.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 
 MATRIX_REPO = "octo-org/matrix"
 

@@ -45,8 +45,8 @@ from bench.reactive import cpu_s, signed_deliveries
 from bench.support import CorralProcess, create_token, free_port, start_sandbox, stop
 from corral.engine.leases import HOUSEKEEPING, spread
 from corral.files import write_private
-from corral.local import corral_config, pool_spec
-from corral.sandbox.server import SandboxInfo
+from corral_sandbox.local import corral_config, pool_spec
+from corral_sandbox.server import SandboxInfo
 from tests.store_urls import postgres_url
 
 POOLS = ("small", "large", "gpu")

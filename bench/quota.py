@@ -27,8 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.support import start_sandbox, stop
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import Reason
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 
 QUOTA = 10
 

@@ -43,8 +43,8 @@ from typing import Any
 import httpx
 import psutil
 
-from corral.local import corral_config, pool_spec, sandbox_connection
-from corral.sandbox.server import SandboxInfo
+from corral_sandbox.local import corral_config, pool_spec, sandbox_connection
+from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.loadgen import build_request, post_all

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import RunnerState
-from corral.sandbox.server import SandboxInfo
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.support import start_sandbox, stop

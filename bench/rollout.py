@@ -33,10 +33,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from corral.clock import utcnow
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import STARTING_STATES, RunnerState
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import Timings
 from tests.test_images import most_servers_at_once
 
 WARM = 10

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from corral.sandbox.github.actions.settings import ActionsSettings
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral_sandbox.github.actions.settings import ActionsSettings
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import Timings
 from tests.sandbox.scaleset_support import ScaleSetClient
 
 

@@ -18,8 +18,8 @@ from typing import IO, Any
 import httpx
 import yaml
 
-from corral.local import sandbox_environment
-from corral.sandbox.server import SandboxInfo
+from corral_sandbox.local import sandbox_environment
+from corral_sandbox.server import SandboxInfo
 
 
 def start_sandbox(workdir: Path, boot_delay: float = 0.0) -> tuple[subprocess.Popen[str], SandboxInfo]:

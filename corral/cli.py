@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -16,6 +17,26 @@ from corral import __version__
 from corral.commands import client, database, tokens, usage, why
 from corral.commands import init as init_command
 
+SANDBOX_MISSING = 2
+"""The exit status of `corral sandbox` and `corral demo` when corral-sandbox is not installed."""
+
+
+def _sandbox_missing(command: str) -> bool:
+    """Whether corral_sandbox cannot be imported, saying so and how to get it.
+
+    The sandbox and the demo are the corral-sandbox distribution, not corral's runtime wheel: a production install
+    has the commands (they are part of corral's interface) but not what they run.
+    """
+    if importlib.util.find_spec("corral_sandbox") is not None:
+        return False
+    print(
+        f"corral {command}: the sandbox is not installed; `corral {command}` needs the corral-sandbox distribution "
+        f"of the same version as corral ({__version__}). From a checkout of corral: `bash scripts/install.sh` "
+        "(a development venv with both), or `pip install ./sandbox` into this environment.",
+        file=sys.stderr,
+    )
+    return True
+
 
 def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser(
@@ -24,7 +45,8 @@ def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.Argumen
         description=(
             "Run the sandbox: a loopback OpenStack (Keystone, Nova, Glance, Neutron, Cinder) and GitHub "
             "(REST, App auth, runners, jobs, webhooks) for tests, demos and benchmarks. Prints one JSON "
-            "line with URLs and credentials, then serves until interrupted."
+            "line with URLs and credentials, then serves until interrupted. Needs the corral-sandbox "
+            f"distribution (exits {SANDBOX_MISSING} without it)."
         ),
     )
     parser.add_argument("--webhook-url", help="where GitHub's webhook deliveries go (default: none)")
@@ -40,8 +62,10 @@ def _add_sandbox_parser(subcommands: argparse._SubParsersAction[argparse.Argumen
 
 
 def _run_sandbox(args: argparse.Namespace) -> int:
-    from corral.sandbox.server import Sandbox
-    from corral.sandbox.world import Timings
+    if _sandbox_missing("sandbox"):
+        return SANDBOX_MISSING
+    from corral_sandbox.server import Sandbox
+    from corral_sandbox.world import Timings
 
     if args.boot_delay < 0:
         print("corral sandbox: --boot-delay must not be negative", file=sys.stderr)
@@ -74,7 +98,8 @@ def _add_demo_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentPa
         description=(
             "Start the sandbox and corral (SQLite, three pools) in this process, feed it jobs, show progress "
             "and the dashboard URL, then drain and report jobs served, waits and leaks. Exits 1 if anything "
-            "was left behind in the cloud or on GitHub."
+            "was left behind in the cloud or on GitHub. Needs the corral-sandbox distribution (exits "
+            f"{SANDBOX_MISSING} without it)."
         ),
     )
     parser.add_argument(
@@ -89,7 +114,9 @@ def _add_demo_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from corral.demo import DemoOptions, run_demo
+    if _sandbox_missing("demo"):
+        return SANDBOX_MISSING
+    from corral_sandbox.demo import DemoOptions, run_demo
 
     if args.duration is not None and args.duration <= 0:
         print("corral demo: --duration must be positive", file=sys.stderr)

@@ -44,14 +44,15 @@ from sqlalchemy.exc import ArgumentError
 
 from corral import schedules as warm_schedules
 from corral import secrets
-from corral.cloud.images import ImageFilter, ImageRef
-from corral.cloud.provider import DEFAULT_CLOUD
+from corral.images import ImageFilter, ImageRef
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
 POOL_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 """Pool names become part of server names (`<prefix>-<pool>-<id>`) and hostnames: DNS-label safe, short."""
 VOLUME_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+DEFAULT_CLOUD = "default"
+"""The name the single `cloud:` section goes by among corral's clouds (`corral.cloud.provider` re-exports it)."""
 DURATION_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 RUNNER_VERSION_PATTERN = r"^\d+\.\d+\.\d+$"
@@ -427,6 +428,12 @@ class Placement:
 def pool_of_placement(key: str) -> str:
     """The pool of a placement known by `key` (`Placement.key`; pool names have no `@`)."""
     return key.partition("@")[0]
+
+
+def scale_set_name(name: str, pool: PoolConfig) -> str:
+    """The scale set a `scale_set` pool named `name` registers (`runs-on:` names it): its `scale_set_name`, or
+    the pool's name. A fact of the configuration, shared by the engine's listener and the doctor."""
+    return pool.scale_set_name or name
 
 
 class PoolConfig(StrictModel):
@@ -856,7 +863,7 @@ class CorralConfig(StrictModel):
         for name, pool in self.pools.items():
             if pool.intake != "scale_set":
                 continue
-            scale_set = (pool.scope.key.lower(), pool.runner_group.lower(), (pool.scale_set_name or name).lower())
+            scale_set = (pool.scope.key.lower(), pool.runner_group.lower(), scale_set_name(name, pool).lower())
             if scale_set in scale_sets:
                 problems.append(
                     f"pools.{name}: same scale set as pool {scale_sets[scale_set]!r} (scope, runner group and "

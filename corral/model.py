@@ -303,6 +303,40 @@ class JobUpdate:
     workflow: str | None = None
 
 
+@dataclass(frozen=True)
+class JobMessage:
+    """One job's news in a scale set's queue message: `JobAvailable`, `JobAssigned`, `JobStarted` or
+    `JobCompleted` (parsed by `corral.github.scaleset`; a plain value here so the store can record it without
+    importing the GitHub client)."""
+
+    kind: str
+    runner_request_id: int
+    job_id: str
+    repository: str
+    owner: str
+    workflow_run_id: int
+    labels: tuple[str, ...]
+    runner_id: int | None = None
+    runner_name: str | None = None
+    result: str | None = None
+    workflow_ref: str | None = None
+    """`owner/repo/.github/workflows/ci.yml@refs/heads/main`."""
+    display_name: str | None = None
+    queue_time: datetime | None = None
+
+    @property
+    def full_repository(self) -> str:
+        return f"{self.owner}/{self.repository}"
+
+    @property
+    def workflow(self) -> str | None:
+        """The workflow's file, from `jobWorkflowRef` (the messages carry no workflow name)."""
+        if not self.workflow_ref:
+            return None
+        path = self.workflow_ref.split("@", 1)[0]
+        return path.rsplit("/", 1)[-1] or None
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """A webhook delivery to record once (`id` is GitHub's delivery GUID; None for a poll's finding)."""

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from corral.cloud.provider import is_quota_fault
 from corral.config import CorralConfig, PoolConfig, ScopeConfig
 from corral.model import JobState, QueuedJob, Reason, RunnerState
 
@@ -302,6 +301,20 @@ class Verdict:
 
 
 STOPPED_SERVER_STATES = frozenset({"SHUTOFF", "STOPPED", "DELETED", "SOFT_DELETED"})
+
+
+def is_quota_fault(fault: str | None) -> bool:
+    """Whether a server's ERROR fault says a quota ran out, not that the server failed to build.
+
+    Nova checks the quota when it accepts a create and again once the server is scheduled; creates that
+    race past the first check (several at once, none counted yet) are accepted (202) and the recheck then
+    puts the surplus in ERROR with a 413 fault: "Quota exceeded for cores, instances: Requested 1, 1, but
+    already used 3, 3 of 3, 3 cores, instances" (seen on Nova 34). Cinder's quota at build says
+    "VolumeLimitExceeded: Maximum number of volumes allowed (10) exceeded for quota 'volumes'" or
+    "VolumeSizeExceedsAvailableQuota". Either means "wait", like a create refused for quota. A judgement of
+    the fault's text, so it lives with the judge rather than in the cloud layer."""
+    text = (fault or "").lower()
+    return "quota" in text and "exceed" in text
 
 
 def judge_runner(facts: RunnerFacts) -> Verdict | None:

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The wheel stands alone: build it from this working tree, install it with only the runtime lock into a clean
-# venv, and run the installed `corral` against the sandbox that ships in it. Proves that
-#   - the wheel carries every file of corral/ (templates, dashboard, migrations) and nothing else (no tests/,
-#     no bench/), and its metadata asks for the runtime dependencies only;
+# The wheel stands alone: build it and the sandbox's wheel (sandbox/: corral-sandbox) from this working tree,
+# install corral's with only the runtime lock into a clean venv, and run the installed `corral` against the
+# sandbox. Proves that
+#   - the runtime wheel carries every file of corral/ (templates, dashboard, migrations) and nothing else (no
+#     sandbox, no tests/, no bench/), and its metadata asks for the runtime dependencies only; the sandbox's
+#     wheel carries sandbox/corral_sandbox/ and asks for corral and the sandbox's own pins;
 #   - requirements/runtime.txt is complete (`pip check`) and brings no development tool;
-#   - the installed command works from anywhere: --help, config check, migrate, serve (health, readiness,
-#     dashboard) and, unless CHECK_WHEEL_DEMO=0, a short `corral demo` with its leak check.
+#   - the installed command works from anywhere: --help, `corral demo` refused (exit 2, saying how to get the
+#     sandbox), config check, migrate, doctor, serve (health, readiness, dashboard), none of them with the
+#     sandbox importable (`corral sandbox` runs from the sandbox's wheel unpacked aside) and, unless
+#     CHECK_WHEEL_DEMO=0, a short `corral demo` with its leak check once the sandbox's wheel is installed too.
 # Everything happens in a temporary folder, removed at the end; only loopback addresses are used.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 pip_install() { "$1/bin/python" -m pip install -q --disable-pip-version-check "${@:2}"; }
 
-step "build the wheel from a copy of the working tree (tracked and new files, nothing ignored)"
+step "build the wheels from a copy of the working tree (tracked and new files, nothing ignored)"
 # A copy, so that no build/ or egg-info of an earlier build can slip stale files into this one.
 mkdir "$work/src"
 git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
@@ -34,35 +38,53 @@ done | tar -c --null -T - | tar -x -C "$work/src"
 "$PYTHON" -m venv "$work/build"
 pip_install "$work/build" --require-hashes -r requirements/build.txt
 (cd "$work/src" && "$work/build/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps \
-  --no-build-isolation -w "$work/dist" .)
+  --no-build-isolation -w "$work/dist" . ./sandbox)
 wheel=("$work"/dist/corral-*.whl)
+sandbox_wheel=("$work"/dist/corral_sandbox-*.whl)
 [ -f "${wheel[0]}" ] || fail "pip wheel made no corral wheel in $work/dist"
-echo "   $(basename "${wheel[0]}") ($(du -k "${wheel[0]}" | cut -f1) KiB)"
+[ -f "${sandbox_wheel[0]}" ] || fail "pip wheel made no corral_sandbox wheel in $work/dist"
+for built in "${wheel[0]}" "${sandbox_wheel[0]}"; do
+  echo "   $(basename "$built") ($(du -k "$built" | cut -f1) KiB)"
+done
 
-step "the wheel holds corral/ and its metadata, nothing else"
-"$PYTHON" - "${wheel[0]}" "$work/src" <<'EOF'
+step "the runtime wheel holds corral/ (no corral/sandbox/) and its metadata; the sandbox's, corral_sandbox/"
+"$PYTHON" - "$work/src" "${wheel[0]}" "${sandbox_wheel[0]}" <<'EOF'
 import sys, tomllib, zipfile
 from pathlib import Path
 
-wheel, src = Path(sys.argv[1]), Path(sys.argv[2])
-names = zipfile.ZipFile(wheel).namelist()
-dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
-problems = [f"{n}: outside corral/ (tests/, bench/ and the like stay out)" for n in names
-            if n.split("/")[0] not in ("corral", dist_info)]
-expected = {p.relative_to(src).as_posix() for p in (src / "corral").rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
-problems += [f"{n}: in corral/ but not in the wheel (package data not declared, or no __init__.py)"
-             for n in sorted(expected - set(names))]
-metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
-lines = metadata.splitlines()
-requires = sorted(line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:"))
-declared = sorted(tomllib.loads((src / "pyproject.toml").read_text())["project"]["dependencies"])
-if requires != declared:
-    problems.append(f"Requires-Dist {requires} is not [project].dependencies {declared}")
-problems += [f"METADATA offers an extra: {line}" for line in lines if line.startswith("Provides-Extra:")]
+src = Path(sys.argv[1])
+problems: list[str] = []
+
+
+def check(wheel: Path, package: Path, project: Path) -> None:
+    """`wheel` holds every file of `package` and nothing outside it; its requirements are `project`'s."""
+    names = zipfile.ZipFile(wheel).namelist()
+    dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
+    problems.extend(f"{wheel.name}: {n}: outside {package.name}/ (tests/, bench/ and the like stay out)"
+                    for n in names if n.split("/")[0] not in (package.name, dist_info))
+    expected = {p.relative_to(package.parent).as_posix() for p in package.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    problems.extend(f"{wheel.name}: {n}: in {package.name}/ but not in the wheel (package data not declared, "
+                    "or no __init__.py)" for n in sorted(expected - set(names)))
+    metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
+    lines = metadata.splitlines()
+    requires = sorted(line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:"))
+    declared = sorted(tomllib.loads(project.read_text())["project"]["dependencies"])
+    if requires != declared:
+        problems.append(f"{wheel.name}: Requires-Dist {requires} is not [project].dependencies {declared}")
+    problems.extend(f"{wheel.name}: METADATA offers an extra: {line}" for line in lines
+                    if line.startswith("Provides-Extra:"))
+    print(f"   {wheel.name}: {len(names)} files, {len(requires)} requirements")
+
+
+runtime, sandbox = Path(sys.argv[2]), Path(sys.argv[3])
+check(runtime, src / "corral", src / "pyproject.toml")
+check(sandbox, src / "sandbox" / "corral_sandbox", src / "sandbox" / "pyproject.toml")
+sandbox_files = ("corral/sandbox/", "corral_sandbox/", "corral/local.py", "corral/demo.py")
+problems += [f"{runtime.name}: {n}: the sandbox is not production code"
+             for n in zipfile.ZipFile(runtime).namelist() if n.startswith(sandbox_files)]
 for problem in problems:
     print(f"check-wheel: {problem}", file=sys.stderr)
-print(f"   {len(names)} files, {len(requires)} runtime requirements")
 sys.exit(1 if problems else 0)
 EOF
 
@@ -73,8 +95,9 @@ pip_install "$venv" --require-hashes -r requirements/runtime.txt
 pip_install "$venv" --no-deps "${wheel[0]}"
 "$venv/bin/python" -m pip check --disable-pip-version-check || fail "the runtime lock misses a dependency"
 cd "$work"  # from here on nothing may come from the source tree
-for tool in pytest pytest_cov pytest_timeout jsonschema mypy ruff coverage; do  # psutil: openstacksdk needs it
-  if "$venv/bin/python" -c "import $tool" 2>/dev/null; then fail "$tool is installed: a dev tool leaked into runtime"; fi
+# psutil is a dev pin but openstacksdk needs it at run time; corral_sandbox comes only with the sandbox's wheel.
+for tool in pytest pytest_cov pytest_timeout jsonschema mypy ruff coverage corral_sandbox; do
+  if "$venv/bin/python" -c "import $tool" 2>/dev/null; then fail "$tool is installed: it leaked into the runtime"; fi
 done
 location="$("$venv/bin/python" -c 'import corral; print(corral.__file__)')"
 [[ "$location" == "$venv/"* ]] || fail "corral imports from $location, not from the venv"
@@ -84,8 +107,19 @@ step "corral --help and --version"
 "$corral" --help >/dev/null
 "$corral" --version
 
-step "corral sandbox from the install, and a config for it (a GitHub App, its key and webhook secret in files)"
-"$corral" sandbox --workdir "$work/sandbox" --boot-delay 0.2 >"$work/sandbox.json" 2>"$work/sandbox.log" &
+step "corral demo without the sandbox: exit 2, saying how to get it"
+status=0
+"$corral" demo --duration 3 >"$work/no-sandbox.out" 2>"$work/no-sandbox.err" || status=$?
+[ "$status" = 2 ] || fail "corral demo without corral-sandbox exited $status, not 2: $(cat "$work/no-sandbox.err")"
+grep -q "needs the corral-sandbox distribution" "$work/no-sandbox.err" || fail "corral demo did not say what it needs"
+[ ! -s "$work/no-sandbox.out" ] || fail "corral demo without the sandbox wrote on stdout: $(cat "$work/no-sandbox.out")"
+echo "   $(cat "$work/no-sandbox.err")"
+
+step "corral sandbox from its wheel unpacked aside (the venv stays production-only), and a config for it"
+# Only the sandbox's process sees the unpacked wheel. The config: a GitHub App, its key and webhook secret in files.
+pip_install "$venv" --no-deps --target "$work/sandbox-lib" "${sandbox_wheel[0]}"
+PYTHONPATH="$work/sandbox-lib" "$corral" sandbox --workdir "$work/sandbox" --boot-delay 0.2 \
+  >"$work/sandbox.json" 2>"$work/sandbox.log" &
 sandbox_pid=$!
 pids+=("$sandbox_pid")
 for _ in $(seq 150); do [ -s "$work/sandbox.json" ] && break; sleep 0.2; done
@@ -187,6 +221,12 @@ kill -TERM "$sandbox_pid"
 wait "$sandbox_pid" || fail "corral sandbox exited $? on SIGTERM"
 
 if [ "${CHECK_WHEEL_DEMO:-1}" != 0 ]; then
+  step "the sandbox's wheel installed beside corral's (--no-deps: the runtime lock has what it requires)"
+  pip_install "$venv" --no-deps "${sandbox_wheel[0]}"
+  "$venv/bin/python" -m pip check --disable-pip-version-check || fail "the sandbox's wheel needs what the lock lacks"
+  location="$("$venv/bin/python" -c 'import corral_sandbox; print(corral_sandbox.__file__)')"
+  [[ "$location" == "$venv/"* ]] || fail "corral_sandbox imports from $location, not from the venv"
+
   step "corral demo --duration 3 from the install (user data template, SQLite migrations, leak check)"
   # The demo uses only the clouds.yaml of the sandbox it starts: run it where OS_CLIENT_CONFIG_FILE names another
   # (the stopped sandbox's, whose entries have the same names), as in an OpenStack user's shell.
@@ -199,4 +239,4 @@ if [ "${CHECK_WHEEL_DEMO:-1}" != 0 ]; then
 fi
 
 cd "$ROOT"
-step "the wheel works: built, installed alone, served"
+step "the wheels work: corral's installed alone and served, the demo run with the sandbox's beside it"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install corral for development with exactly the versions CI uses, from nothing:
 # requirements/dev.txt (runtime + build + the dev group, every file checked against its hash), then corral
-# itself, editable, with nothing more (--no-deps: the lock already brought everything).
+# and the sandbox's distribution (sandbox/: corral_sandbox, which `corral demo`, the tests and the benchmarks
+# use), both editable, with nothing more (--no-deps: the lock already brought everything either needs).
 # A runtime-only install (no test or lint tools) is the wheel's: see README, "Installing".
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,4 +11,4 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/dev.txt
-.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./sandbox

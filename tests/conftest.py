@@ -12,9 +12,9 @@ import openstack
 import openstack.config
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec, sandbox_cloud_config
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_cloud_config
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import Timings
 from tests.webhook_receiver import WebhookReceiver
 
 TEST_TIMINGS = Timings(boot_delay=0.05, register_delay=0.0, delete_delay=0.0)

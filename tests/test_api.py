@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from corral.api.dashboard import CONTENT_SECURITY_POLICY
-from corral.local import LocalCorral
 from corral.model import Delivery, JobState, JobUpdate
 from corral.store import jobs
+from corral_sandbox.local import LocalCorral
 from tests.conftest import StartCorral
 
 EXTERNAL_ASSET = re.compile(r"""(src|href)\s*=\s*["']?(https?:)?//""", re.IGNORECASE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import yaml
 
 from corral.api.views import pool_views
 from corral.cli import main
-from corral.local import LocalCorral, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 
@@ -83,6 +84,27 @@ def test_config_check_reports_every_phase_in_one_run(tmp_path: Path, capsys: pyt
         "['Big_Pool', 'a', 'b', 'c']",
     ]
     assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("command", [["demo", "--duration", "3"], ["sandbox", "--boot-delay", "0.2"]])
+def test_without_corral_sandbox_the_demo_and_sandbox_say_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # A None entry in sys.modules is how Python marks a module that cannot be imported: as in a production venv
+    # with corral's wheel alone (scripts/check-wheel.sh runs the installed command there too).
+    for name in [name for name in sys.modules if name == "corral_sandbox" or name.startswith("corral_sandbox.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "corral_sandbox", None)
+
+    status = main(command)
+
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (2, "")
+    assert captured.err == (
+        f"corral {command[0]}: the sandbox is not installed; `corral {command[0]}` needs the corral-sandbox "
+        "distribution of the same version as corral (0.1.0). From a checkout of corral: `bash scripts/install.sh` "
+        "(a development venv with both), or `pip install ./sandbox` into this environment.\n"
+    )
 
 
 def test_migrate_creates_the_schema(tmp_path: Path) -> None:

@@ -15,12 +15,12 @@ import pytest
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, ServerSpec
 from corral.config import parse_config
-from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.metrics import REGISTRY
 from corral.model import Reason, RunnerState
-from corral.sandbox.cloud.seed import seeded_id
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import SECOND_CLOUD
+from corral_sandbox.cloud.seed import seeded_id
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
 from tests.test_config import document, pool, problems_of
 from tests.test_end_to_end import everything_done

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from corral.cli import main
-from corral.local import LocalCorral, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 
 
 @pytest.fixture

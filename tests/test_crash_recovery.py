@@ -13,8 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from corral.local import corral_config, pool_spec, sandbox_environment
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import corral_config, pool_spec, sandbox_environment
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 

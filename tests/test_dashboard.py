@@ -13,8 +13,8 @@ import pytest
 from playwright.sync_api import Page
 
 from corral.api.auth import DASHBOARD_COOKIE
-from corral.local import LocalCorral, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.browser import CHROMIUM, browser, expect
 from tests.conftest import StartCorral
 from tests.waiting import wait_until

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 
 from corral.api.auth import DASHBOARD_COOKIE
-from corral.local import pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 
 

@@ -16,7 +16,7 @@ from typing import IO
 import httpx
 import pytest
 
-from corral.sandbox.server import APP_CREDENTIAL_CLOUD_NAME, CLOUD_NAME, SECOND_CLOUD_NAME
+from corral_sandbox.server import APP_CREDENTIAL_CLOUD_NAME, CLOUD_NAME, SECOND_CLOUD_NAME
 from tests.hostile_shell import closed_port_url, hostile_variables
 
 pytestmark = pytest.mark.e2e  # starts child processes

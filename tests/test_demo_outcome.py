@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.demo import Leaks, Outcome, failures
+from corral_sandbox.demo import Leaks, Outcome, failures
 
 
 def outcome(*, submitted: int, served: int, leaks: Leaks | None = None, cancelled: int = 0) -> Outcome:

@@ -24,9 +24,9 @@ from corral.config import load_config
 from corral.doctor import run_doctor
 from corral.doctor.report import Level
 from corral.doctor.run import diagnose
-from corral.local import app_github, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
 from corral.store import Store
+from corral_sandbox.local import app_github, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 from tests.webhook_receiver import WebhookReceiver
 

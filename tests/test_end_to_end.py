@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, app_github, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, app_github, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 REPOS = ["octo-org/app", "octo-org/api", "octo-org/web"]

@@ -8,8 +8,8 @@ import statistics
 import httpx
 
 from bench.fair_share import most_at_once
-from corral.local import pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_end_to_end import everything_done, nothing_left
 from tests.waiting import wait_until

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
 from corral.store import Store, tokens
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 
 
 def mode(path: Path) -> int:

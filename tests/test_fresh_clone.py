@@ -3,7 +3,8 @@
 The clone is of the committed HEAD, into a temporary folder with nothing else in it, so a test that reads a
 file the repository does not carry (reference fixtures, ministack's scripts) fails here even on a machine where
 that file happens to sit next to the checkout. The clone runs with this session's Python, but imports its own
-code: PYTHONPATH puts the clone ahead of the editable install of this checkout.
+code: PYTHONPATH puts the clone (and its sandbox/, where corral_sandbox lives) ahead of the editable installs of
+this checkout.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ pytestmark = [
 
 
 def run_in(checkout: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run this session's Python in `checkout`, importing `corral` and `tests` from there."""
+    """Run this session's Python in `checkout`, importing `corral`, `corral_sandbox` and `tests` from there."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    environment.update(PYTHONPATH=str(checkout), PYTHONDONTWRITEBYTECODE="1")
+    environment.update(
+        PYTHONPATH=os.pathsep.join([str(checkout), str(checkout / "sandbox")]), PYTHONDONTWRITEBYTECODE="1"
+    )
     return subprocess.run(
         [sys.executable, *args], cwd=checkout, env=environment, capture_output=True, text=True, timeout=timeout
     )
@@ -72,10 +75,18 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_the_clone_imports_its_own_code(clone: Path) -> None:
-    result = run_in(clone, "-c", "import corral, tests; print(corral.__file__); print(tests.__file__)")
+    result = run_in(
+        clone,
+        "-c",
+        "import corral, corral_sandbox, tests; print(corral.__file__, corral_sandbox.__file__, tests.__file__)",
+    )
     assert result.returncode == 0, result.stderr
     imported = [Path(line).resolve() for line in result.stdout.split()]
-    assert [path.is_relative_to(clone.resolve()) for path in imported] == [True, True], imported
+    assert imported == [
+        clone.resolve() / "corral" / "__init__.py",
+        clone.resolve() / "sandbox" / "corral_sandbox" / "__init__.py",
+        clone.resolve() / "tests" / "__init__.py",
+    ]
 
 
 @pytest.mark.long

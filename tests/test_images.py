@@ -12,17 +12,17 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.cloud.images import ImageFilter
 from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import ServerSpec
 from corral.config import ConfigError, parse_config
 from corral.engine.rollouts import Rollouts
-from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral.images import ImageFilter
 from corral.model import STARTING_STATES, Reason, Runner, RunnerState
 from corral.policy import Outdated, Replacement, plan_replacements, retirement_order
-from corral.sandbox.cloud.seed import seeded_id
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import SECOND_CLOUD
+from corral_sandbox.cloud.seed import seeded_id
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
 from tests.test_clouds import clouds_of_runners, east_fits, servers_made, two_clouds
 from tests.test_config import document, pool

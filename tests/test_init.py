@@ -25,7 +25,7 @@ from corral.config import ScopeConfig, load_config
 from corral.init import InitError, InitOptions, run_init
 from corral.init.prompt import Choice, Prompter
 from corral.init.render import StarterConfig, render
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from corral.local import app_github, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import app_github, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.sandbox.github_support import app_client
 from tests.test_lifecycle import converge, online_per_pool

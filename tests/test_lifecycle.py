@@ -13,9 +13,9 @@ import pytest
 from githubkit import GitHub, TokenAuthStrategy
 
 from corral.clock import utcnow
-from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.model import RunnerState
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, app_github, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, app_github, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
 

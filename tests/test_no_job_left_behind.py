@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.local import LocalCorral, app_github, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, app_github, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import ORG, online_per_pool
 from tests.waiting import wait_until

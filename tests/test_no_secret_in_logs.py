@@ -24,12 +24,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from corral import secrets
-from corral.local import LocalCorral, app_github, corral_config, pool_spec
 from corral.logs import configure_logging
 from corral.model import RunnerState
-from corral.sandbox.github import jitconfig
-from corral.sandbox.server import Sandbox, bind_socket
 from corral.serve import server_config
+from corral_sandbox.github import jitconfig
+from corral_sandbox.local import LocalCorral, app_github, corral_config, pool_spec
+from corral_sandbox.server import Sandbox, bind_socket
 from tests.waiting import wait_until
 
 JOBS = 5

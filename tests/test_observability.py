@@ -10,10 +10,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral.local import LocalCorral
 from corral.logs import configure_logging
 from corral.model import RunnerState
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.waiting import wait_until
 

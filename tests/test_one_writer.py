@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from corral.cli import main
-from corral.local import LocalCorral
 from corral.store import SchemaTooNew, Store
+from corral_sandbox.local import LocalCorral
 from tests.conftest import StartCorral
 from tests.store_urls import postgres_url
 

@@ -26,8 +26,8 @@ from corral.cloud.provider import (
     ServerSpec,
 )
 from corral.config import VolumeConfig
-from corral.local import sandbox_connection
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import sandbox_connection
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 
 from corral.engine.coordinator import DeleteOutcome
-from corral.local import pool_spec
 from corral.model import Reason, RunnerState
+from corral_sandbox.local import pool_spec
 from tests.conftest import StartCorral
 from tests.test_lifecycle import converge
 from tests.waiting import wait_until

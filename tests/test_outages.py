@@ -12,11 +12,11 @@ import httpx
 import psycopg
 import pytest
 
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.metrics import REGISTRY
 from corral.outages import DependencyHealth
-from corral.sandbox.server import Sandbox
 from corral.store import DatabaseUnavailable, Store, runners
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url
 from tests.test_store import add

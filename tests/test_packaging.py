@@ -1,4 +1,5 @@
-"""What installs corral agrees with itself: pyproject's pins, the hashed locks, the container and the systemd unit.
+"""What installs corral agrees with itself: pyproject's pins, the hashed locks, the sandbox's distribution, the
+container and the systemd unit.
 
 The locks in requirements/ are generated (scripts/lock.sh); these checks catch the drift a hand edit or a
 forgotten regeneration leaves: a pin changed in pyproject.toml but not in its lock, a lock entry without a
@@ -17,16 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import setuptools
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy.engine import make_url
 
+import corral
 from corral import cli
 from corral.cli import build_parser
 from corral.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SANDBOX_PYPROJECT = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text())
 LOCKS = ROOT / "requirements"
 CREDENTIALS = "/run/credentials/corral.service/"
 """Where systemd's LoadCredential= puts the unit's secrets ($CREDENTIALS_DIRECTORY of corral.service)."""
@@ -133,6 +137,46 @@ def test_the_dev_lock_installs_the_same_files_as_the_runtime_and_build_locks() -
         for name, locked in lock.items():
             assert name in DEV, f"{name} is in requirements/{lock_name} but not in requirements/dev.txt"
             assert DEV[name] == locked, f"{name}: requirements/dev.txt and requirements/{lock_name} disagree"
+
+
+# -- the sandbox's distribution (sandbox/): never in the runtime wheel --------------------------------------------
+
+
+def test_the_runtime_wheel_packages_corral_alone_and_the_sandbox_wheel_corral_sandbox() -> None:
+    def packages(project: dict[str, object], where: Path) -> set[str]:
+        """What setuptools puts in the wheel, found as pyproject.toml tells it to."""
+        find = project["tool"]["setuptools"]["packages"]["find"]  # type: ignore[index]
+        return set(setuptools.find_packages(str(where), include=find["include"]))
+
+    runtime = packages(PYPROJECT, ROOT)
+    sandbox = packages(SANDBOX_PYPROJECT, ROOT / "sandbox")
+
+    assert "corral" in runtime and all(name == "corral" or name.startswith("corral.") for name in runtime)
+    assert "corral_sandbox" in sandbox and "corral_sandbox.github.actions" in sandbox
+    assert all(name == "corral_sandbox" or name.startswith("corral_sandbox.") for name in sandbox)
+    assert not (ROOT / "corral" / "sandbox").exists(), "the sandbox lives in sandbox/corral_sandbox/"
+
+
+def test_the_sandbox_requires_this_corral_and_pins_what_it_imports_at_corrals_versions() -> None:
+    project = SANDBOX_PYPROJECT["project"]
+    pins = {pin.name: pin for pin in map(parse_pin, project["dependencies"])}
+    runtime = {pin.name: pin for pin in map(parse_pin, PYPROJECT["project"]["dependencies"])}
+
+    assert pins.pop("corral") == Pin("corral", frozenset(), corral.__version__)
+    assert project["version"] == PYPROJECT["project"]["version"] == corral.__version__
+    different = sorted(name for name, pin in pins.items() if runtime.get(name) != pin)
+    assert not different, f"sandbox/pyproject.toml pins {different} otherwise than corral: use corral's pins"
+    assert SANDBOX_PYPROJECT["build-system"] == PYPROJECT["build-system"]
+    assert "optional-dependencies" not in project and "optional-dependencies" not in PYPROJECT["project"]
+
+
+def test_the_container_builds_from_corral_alone() -> None:
+    copied = [arguments.split()[:-1] for word, arguments in containerfile_instructions() if word == "COPY"]
+    sources = {source for arguments in copied for source in arguments if not source.startswith("--")}
+    ignored = set((ROOT / ".containerignore").read_text().split())
+
+    assert sources == {"requirements/", "pyproject.toml", "README.md", "corral/", "/opt/corral"}
+    assert "sandbox" in ignored, "the sandbox's distribution is not even sent to the builder"
 
 
 # -- deploy/: the example config and the systemd unit -----------------------------------------------------------

@@ -9,8 +9,8 @@ import httpx
 
 from corral.cloud.quota import Headroom, ServerCost
 from corral.engine.quota import MAX_RESERVATION_S, QuotaBudget
-from corral.local import pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_end_to_end import everything_done, nothing_left
 from tests.test_lifecycle import online_per_pool

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from corral.local import corral_config, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 
 

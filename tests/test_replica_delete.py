@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from corral.engine.coordinator import ANSWER_WAIT_S
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.model import RunnerState
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.store_urls import postgres_url
 from tests.waiting import wait_until
 

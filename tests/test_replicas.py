@@ -22,10 +22,10 @@ import yaml
 from bench.support import CorralProcess, free_port
 from corral.engine.leases import HOUSEKEEPING, spread
 from corral.files import write_private
-from corral.local import corral_config, pool_spec
-from corral.sandbox.server import Sandbox
 from corral.store import Store, tokens
 from corral.store.wakes import libpq_url
+from corral_sandbox.local import corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.store_urls import postgres_url
 from tests.test_end_to_end import everything_done
 from tests.test_lifecycle import cloud_servers, online_per_pool

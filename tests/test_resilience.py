@@ -16,9 +16,9 @@ from corral.cloud.clouds import CloudSet
 from corral.cloud.openstack import OpenStackProvider
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
-from corral.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral.metrics import REGISTRY
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_connection
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
 

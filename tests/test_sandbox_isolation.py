@@ -19,8 +19,8 @@ import pytest
 
 from corral.cloud.openstack import connect as serve_connect
 from corral.config import CloudConfig
-from corral.local import sandbox_connection, sandbox_environment
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import sandbox_connection, sandbox_environment
+from corral_sandbox.server import Sandbox
 from tests import conftest
 from tests.hostile_shell import closed_port_url, hostile_variables
 from tests.sandbox import openstack_support
@@ -46,7 +46,7 @@ def as_corral_serve(sandbox: Sandbox) -> openstack.connection.Connection:
 
 
 HELPERS: dict[str, Connect] = {
-    "corral.local.sandbox_connection": lambda sandbox: sandbox_connection(sandbox.info),
+    "corral_sandbox.local.sandbox_connection": lambda sandbox: sandbox_connection(sandbox.info),
     "tests.conftest.connect": lambda sandbox: conftest.connect(sandbox, sandbox.info.cloud_name),
     "tests.sandbox.openstack_support.connect": lambda sandbox: openstack_support.connect(
         sandbox, sandbox.info.cloud_name

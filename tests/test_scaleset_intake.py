@@ -1,6 +1,6 @@
 """Scale-set pools end to end: corral registers a scale set, long-polls its session and serves its jobs.
 
-The sandbox speaks GitHub's runner scale-set protocol (`corral/sandbox/github/actions/`): jobs whose labels
+The sandbox speaks GitHub's runner scale-set protocol (`sandbox/corral_sandbox/github/actions/`): jobs whose labels
 are a scale set's go to the scale set, never to a webhook pool, and only the scale set's own runners (JIT
 configs from `generatejitconfig`) can take them. Long polls are short here (`long_poll_s`).
 """
@@ -27,10 +27,10 @@ from corral.config import PoolConfig
 from corral.engine.scalesets import jobs_awaiting_runners, scale_set_labels
 from corral.files import write_private
 from corral.github.scaleset import Statistics
-from corral.local import LocalCorral, corral_config, pool_spec
 from corral.metrics import REGISTRY
 from corral.model import Runner, RunnerState
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.sandbox.scaleset_support import ScaleSetClient
 from tests.waiting import wait_until

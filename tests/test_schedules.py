@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from corral.config import ConfigError, parse_config
-from corral.local import LocalCorral, pool_spec
-from corral.sandbox.server import Sandbox
 from corral.schedules import InForce, Window, in_force
+from corral_sandbox.local import LocalCorral, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import converge, online_per_pool, pools_view
 

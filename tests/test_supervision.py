@@ -14,11 +14,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral.local import LocalCorral
-from corral.local import pool_spec as spec
 from corral.model import Reason, RunnerState
-from corral.sandbox.server import Sandbox
 from corral.store import runners
+from corral_sandbox.local import LocalCorral
+from corral_sandbox.local import pool_spec as spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import ORG, online_per_pool
 from tests.waiting import wait_until

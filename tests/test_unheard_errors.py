@@ -10,8 +10,8 @@ import pytest
 from corral.clock import utcnow
 from corral.engine.coordinator import Engine
 from corral.engine.observe import Observation, Observer, observe
-from corral.local import pool_spec
 from corral.metrics import REGISTRY
+from corral_sandbox.local import pool_spec
 from tests.conftest import StartCorral
 
 

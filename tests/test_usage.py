@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from corral.cli import main
-from corral.local import LocalCorral, pool_spec
 from corral.metrics import REGISTRY
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_end_to_end import everything_done
 from tests.test_lifecycle import converge

@@ -17,9 +17,9 @@ from sqlalchemy import Connection, func, select
 
 from corral.api.webhook import MAX_BODY_BYTES
 from corral.github.webhooks import MAX_DELIVERY_ID_LENGTH, MAX_LABEL_LENGTH, MAX_LABELS, MAX_RUNNER_NAME_LENGTH
-from corral.local import LocalCorral, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
 from corral.store.schema import DELIVERIES, JOBS
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.store_urls import postgres_url, sqlite_url
 from tests.waiting import wait_until
 from tests.webhook_fixtures import WEBHOOK_EXAMPLES

@@ -14,10 +14,10 @@ from corral.cli import main
 from corral.clock import utcnow
 from corral.config import PoolConfig
 from corral.explain import WaitCode, WaitFacts, explain
-from corral.local import LocalCorral, pool_spec
 from corral.model import Job, JobState
 from corral.policy import DemandTuning
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.test_lifecycle import converge
 from tests.test_no_job_left_behind import completed, queue_job, sandbox_job

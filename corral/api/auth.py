@@ -12,21 +12,11 @@ puts one there is refused, saying where the token goes instead.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Literal
 
 from fastapi import HTTPException, Request
 
 from corral.store import Store, tokens
-from corral.store.tokens import ApiToken
-
-Scope = Literal["read", "admin", "metrics"]
-SCOPES: tuple[Scope, ...] = ("read", "admin", "metrics")
-GRANTS: dict[str, frozenset[str]] = {
-    "read": frozenset({"read", "metrics"}),
-    "admin": frozenset({"read", "admin", "metrics"}),
-    "metrics": frozenset({"metrics"}),
-}
-
+from corral.store.tokens import GRANTS, ApiToken, Scope
 
 DASHBOARD_COOKIE = "corral_dashboard"
 """The dashboard's session: the token it signed in with, in a cookie scripts cannot read (HttpOnly) and that

@@ -32,8 +32,7 @@ from openstack import exceptions as os_exceptions
 from openstack import utils as os_utils
 from openstack.compute.v2.server import Server
 
-from corral.cloud.images import ImageRef, find_image, not_found
-from corral.cloud.images import describe as describe_image
+from corral.cloud.images import find_image
 from corral.cloud.provider import (
     META_INSTALLATION,
     META_POOL,
@@ -49,6 +48,8 @@ from corral.cloud.provider import (
 )
 from corral.cloud.quota import Headroom, ServerCost, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
+from corral.images import ImageRef, not_found
+from corral.images import describe as describe_image
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from corral.cloud.images import ImageRef
 from corral.cloud.quota import Headroom, ServerCost
+from corral.config import DEFAULT_CLOUD as DEFAULT_CLOUD  # the config names it; servers and specs default to it
+from corral.images import ImageRef
 
 
 class VolumeSpec(Protocol):
@@ -27,9 +28,6 @@ class VolumeSpec(Protocol):
     @property
     def type(self) -> str | None: ...
 
-
-DEFAULT_CLOUD = "default"
-"""The name the single `cloud:` section goes by among corral's clouds."""
 
 META_INSTALLATION = "corral-installation"
 META_POOL = "corral-pool"
@@ -59,19 +57,6 @@ class CloudResourceMissing(CloudRequestRejected):
 class CloudNameAmbiguous(CloudRequestRejected):
     """A name the pool uses matches several resources (two networks of one name, which an admin sees across
     projects): a definite answer too, which the pool's id for it fixes."""
-
-
-def is_quota_fault(fault: str | None) -> bool:
-    """Whether a server's ERROR fault says a quota ran out, not that the server failed to build.
-
-    Nova checks the quota when it accepts a create and again once the server is scheduled; creates that
-    race past the first check (several at once, none counted yet) are accepted (202) and the recheck then
-    puts the surplus in ERROR with a 413 fault: "Quota exceeded for cores, instances: Requested 1, 1, but
-    already used 3, 3 of 3, 3 cores, instances" (seen on Nova 34). Cinder's quota at build says
-    "VolumeLimitExceeded: Maximum number of volumes allowed (10) exceeded for quota 'volumes'" or
-    "VolumeSizeExceedsAvailableQuota". Either means "wait", like a create refused for quota."""
-    text = (fault or "").lower()
-    return "quota" in text and "exceed" in text
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from corral.api.auth import SCOPES
 from corral.commands.database import add_database_arguments, open_store
 from corral.commands.output import emit
 from corral.store import tokens
+from corral.store.tokens import SCOPES
 
 
 def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -19,13 +19,14 @@ from keystoneauth1.access import AccessInfo
 from openstack import utils as os_utils
 from os_service_types import ServiceTypes
 
-from corral.cloud.images import ImageFilter, find_image, not_found
-from corral.cloud.images import describe as describe_image
+from corral.cloud.images import find_image
 from corral.cloud.openstack import VOLUME_TYPE_MICROVERSION, classify, turn_off_sdk_retries
 from corral.cloud.quota import Headroom, fit, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 from corral.config import CloudConfig, CorralConfig, Placement, PoolConfig, VolumeConfig
 from corral.doctor.report import Section
+from corral.images import ImageFilter, not_found
+from corral.images import describe as describe_image
 
 NEEDED_SERVICES = ("compute", "image", "network")
 VOLUME_SERVICE = "block-storage"

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.config import CorralConfig, PoolConfig
+from corral.config import CorralConfig, PoolConfig, scale_set_name
 from corral.doctor.report import Section
-from corral.engine.scalesets import scale_set_name
 from corral.github.client import GitHubClient, GitHubError
 from corral.github.scaleset import ActionsService
 

@@ -36,7 +36,7 @@ from enum import StrEnum
 
 from corral import outages, secrets
 from corral.clock import utcnow
-from corral.config import CorralConfig, PoolConfig, ScopeConfig
+from corral.config import CorralConfig, PoolConfig, ScopeConfig, scale_set_name
 from corral.engine.backoff import Backoff, LogOnce
 from corral.github.client import GitHubClient, GitHubError, JitConfig
 from corral.github.scaleset import (
@@ -104,10 +104,6 @@ def jobs_awaiting_runners(statistics: Statistics | None, busy: int) -> int:
     if statistics is None:
         return 0
     return max(statistics.assigned - max(statistics.running, busy), 0)
-
-
-def scale_set_name(name: str, pool: PoolConfig) -> str:
-    return pool.scale_set_name or name
 
 
 def scale_set_labels(name: str, pool: PoolConfig) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ import jwt
 from corral.config import ScopeConfig
 from corral.github.client import GitHubClient, GitHubError, JitConfig
 from corral.metrics import GITHUB_CALL_SECONDS, GITHUB_CALLS
+from corral.model import JobMessage
 
 API_VERSION = "6.0-preview"
 SCALE_SETS = "_apis/runtime/runnerscalesets"
@@ -111,55 +112,24 @@ class Session:
     statistics: Statistics
 
 
-@dataclass(frozen=True)
-class JobMessage:
-    """One job's news in a message: `JobAvailable`, `JobAssigned`, `JobStarted` or `JobCompleted`."""
-
-    kind: str
-    runner_request_id: int
-    job_id: str
-    repository: str
-    owner: str
-    workflow_run_id: int
-    labels: tuple[str, ...]
-    runner_id: int | None = None
-    runner_name: str | None = None
-    result: str | None = None
-    workflow_ref: str | None = None
-    """`owner/repo/.github/workflows/ci.yml@refs/heads/main`."""
-    display_name: str | None = None
-    queue_time: datetime | None = None
-
-    @property
-    def full_repository(self) -> str:
-        return f"{self.owner}/{self.repository}"
-
-    @property
-    def workflow(self) -> str | None:
-        """The workflow's file, from `jobWorkflowRef` (the messages carry no workflow name)."""
-        if not self.workflow_ref:
-            return None
-        path = self.workflow_ref.split("@", 1)[0]
-        return path.rsplit("/", 1)[-1] or None
-
-    @classmethod
-    def of(cls, data: Mapping[str, Any]) -> JobMessage:
-        runner_id = data.get("runnerId")
-        return cls(
-            kind=str(data.get("messageType", "")),
-            runner_request_id=int(data.get("runnerRequestId", 0)),
-            job_id=str(data.get("jobId", "")),
-            repository=str(data.get("repositoryName", "")),
-            owner=str(data.get("ownerName", "")),
-            workflow_run_id=int(data.get("workflowRunId", 0) or 0),
-            labels=tuple(str(label) for label in data.get("requestLabels") or []),
-            runner_id=int(runner_id) if runner_id else None,
-            runner_name=data.get("runnerName") or None,
-            result=data.get("result") or None,
-            workflow_ref=_text(data.get("jobWorkflowRef")),
-            display_name=_text(data.get("jobDisplayName")),
-            queue_time=_moment(data.get("queueTime")),
-        )
+def job_message_of(data: Mapping[str, Any]) -> JobMessage:
+    """One item of a message's body as `types.go` names its fields."""
+    runner_id = data.get("runnerId")
+    return JobMessage(
+        kind=str(data.get("messageType", "")),
+        runner_request_id=int(data.get("runnerRequestId", 0)),
+        job_id=str(data.get("jobId", "")),
+        repository=str(data.get("repositoryName", "")),
+        owner=str(data.get("ownerName", "")),
+        workflow_run_id=int(data.get("workflowRunId", 0) or 0),
+        labels=tuple(str(label) for label in data.get("requestLabels") or []),
+        runner_id=int(runner_id) if runner_id else None,
+        runner_name=data.get("runnerName") or None,
+        result=data.get("result") or None,
+        workflow_ref=_text(data.get("jobWorkflowRef")),
+        display_name=_text(data.get("jobDisplayName")),
+        queue_time=_moment(data.get("queueTime")),
+    )
 
 
 def _text(value: object, limit: int = 256) -> str | None:
@@ -199,7 +169,7 @@ def _message_of(data: Mapping[str, Any]) -> QueueMessage:
         raise ScaleSetError("a message whose body is not JSON") from None
     if not isinstance(batch, list):
         raise ScaleSetError("a message whose body is not a list of job messages")
-    jobs = tuple(JobMessage.of(item) for item in batch if isinstance(item, dict))
+    jobs = tuple(job_message_of(item) for item in batch if isinstance(item, dict))
     return QueueMessage(int(data["messageId"]), Statistics.of(data.get("statistics")), jobs)
 
 

@@ -16,8 +16,7 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral.clock import utcnow
-from corral.github.scaleset import JobMessage
-from corral.model import Job, JobState
+from corral.model import Job, JobMessage, JobState
 from corral.store.jobs import state_rank
 from corral.store.schema import SCALE_SET_JOBS as JOBS
 

@@ -6,13 +6,23 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, insert, select, update
 
 from corral.clock import utcnow
 from corral.store.schema import API_TOKENS as TOKENS
 
+Scope = Literal["read", "admin", "metrics"]
+"""What a token grants (`corral token create --scope`): kept with the tokens, not the API, so that the command
+that creates them does not import the web framework that checks them."""
+SCOPES: tuple[Scope, ...] = ("read", "admin", "metrics")
+GRANTS: dict[str, frozenset[str]] = {
+    "read": frozenset({"read", "metrics"}),
+    "admin": frozenset({"read", "admin", "metrics"}),
+    "metrics": frozenset({"metrics"}),
+}
+"""The scopes each token's scope admits."""
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 """`last_used_at` is refreshed at most this often, so reading the API does not write on every request."""
 

@@ -17,8 +17,8 @@ import pytest
 from openstack import exceptions as os_exceptions
 
 from corral.cloud.openstack import OpenStackProvider, connect
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import Timings
 from tests.live.support import (
     ApiCounter,
     Figures,

@@ -27,7 +27,7 @@ from openstack import exceptions as os_exceptions
 from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, ServerSpec
 from corral.config import CloudConfig
-from corral.local import pool_spec
+from corral_sandbox.local import pool_spec
 
 T = TypeVar("T")
 

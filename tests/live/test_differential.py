@@ -18,9 +18,9 @@ import pytest
 from openstack import exceptions as os_exceptions
 
 from corral.cloud.openstack import OpenStackProvider
-from corral.local import sandbox_connection
-from corral.sandbox.server import Sandbox
-from corral.sandbox.world import Timings
+from corral_sandbox.local import sandbox_connection
+from corral_sandbox.server import Sandbox
+from corral_sandbox.world import Timings
 from tests.live.differential import Side, compare, run_script
 from tests.live.pools import PoolNames
 from tests.live.support import RUN_MARKER, LiveCloud, exhausted_quota

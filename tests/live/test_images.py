@@ -3,8 +3,8 @@ filtering and sort parameters, and which upload is the newest."""
 
 from __future__ import annotations
 
-from corral.cloud.images import ImageFilter
 from corral.cloud.openstack import OpenStackProvider
+from corral.images import ImageFilter
 from tests.live.support import LiveCloud, poll
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from corral.local import LocalCorral, corral_config, pool_spec
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
 from tests.live.support import LiveCloud, poll
 
 BOOTSTRAP_TIMEOUT_S = 15

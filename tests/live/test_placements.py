@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.cloud.clouds import CloudSet
-from corral.local import LocalCorral, corral_config
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import LocalCorral, corral_config
+from corral_sandbox.server import Sandbox
 from tests.live.support import LiveCloud, cloud_config, poll
 
 BOOTSTRAP_TIMEOUT_S = 15  # no guest boots here: each warm server is replaced after this, and goes with min_idle 0

@@ -15,7 +15,7 @@ from jsonschema import Draft7Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.webhook_fixtures import WEBHOOK_SCHEMAS
 from tests.webhook_receiver import ReceivedDelivery
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import openstack
 import openstack.config
 
-from corral.local import sandbox_cloud_config
-from corral.sandbox.server import Sandbox
+from corral_sandbox.local import sandbox_cloud_config
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from jsonschema import Draft202012Validator
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
 API_VERSION = "6.0-preview"

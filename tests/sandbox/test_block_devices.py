@@ -11,7 +11,7 @@ from typing import Any
 import openstack
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.nova_block_devices import (
     ACCEPTED,
     LATEST,

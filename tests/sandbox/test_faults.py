@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.sandbox.faults import Faults, FaultSpecError
+from corral_sandbox.faults import Faults, FaultSpecError
 
 
 def test_endpoint_fault_matches_by_pattern_and_expires_after_count() -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from githubkit.exception import RequestFailed
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import app_client, installation_client, pat_client
 from tests.waiting import wait_until
 from tests.webhook_receiver import WebhookReceiver

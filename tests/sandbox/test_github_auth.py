@@ -13,7 +13,7 @@ import pytest
 from githubkit import GitHub, TokenAuthStrategy
 from githubkit.exception import RequestFailed
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import app_client, installation_client, pat_client
 
 

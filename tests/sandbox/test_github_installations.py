@@ -9,7 +9,7 @@ import httpx
 import pytest
 from githubkit.exception import RequestFailed
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import app_client, pat_client
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import installation_client, jit_config, pat_client
 from tests.waiting import wait_until
 

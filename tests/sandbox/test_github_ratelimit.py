@@ -8,7 +8,7 @@ import httpx
 import pytest
 from githubkit.exception import PrimaryRateLimitExceeded, SecondaryRateLimitExceeded
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import installation_client, pat_client
 
 

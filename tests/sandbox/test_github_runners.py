@@ -11,7 +11,7 @@ import pytest
 from githubkit.exception import RequestFailed
 from githubkit_schemas.v2026_03_10.models import Runner
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import installation_client, jit_config, pat_client
 
 

@@ -9,7 +9,7 @@ import httpx
 from githubkit.webhooks import parse_obj
 from githubkit_schemas.v2026_03_10.models import WebhookPingPropHook
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import (
     app_client,
     events,

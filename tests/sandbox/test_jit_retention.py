@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import jit_config, pat_client
 from tests.sandbox.scaleset_support import ScaleSetClient
 
@@ -38,7 +38,7 @@ def strings_in(root: object) -> Iterator[str]:
             stack.extend(item.values())
         elif isinstance(item, list | tuple | set | frozenset):
             stack.extend(item)
-        elif type(item).__module__.startswith("corral.sandbox.github"):
+        elif type(item).__module__.startswith("corral_sandbox.github"):
             if is_dataclass(item):
                 stack.extend(getattr(item, f.name) for f in fields(item))
             stack.extend(getattr(item, "__dict__", {}).values())

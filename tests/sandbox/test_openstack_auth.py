@@ -7,7 +7,7 @@ import keystoneauth1.exceptions
 import openstack
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.openstack_support import compute_headers, connect, image_id, project_id, token
 
 

@@ -6,7 +6,7 @@ import httpx
 import openstack
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.openstack_support import image_id, network_id, project_id, token
 from tests.waiting import wait_until
 

@@ -8,7 +8,7 @@ import httpx
 import openstack
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.openstack_support import compute_headers, image_id, network_id, wait_for_status, wait_gone
 from tests.waiting import wait_until
 

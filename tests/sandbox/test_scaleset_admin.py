@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import jit_config, pat_client
 from tests.sandbox.scaleset_support import (
     AGENTS,

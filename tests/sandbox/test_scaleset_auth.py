@@ -10,7 +10,7 @@ import httpx
 import jwt
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.scaleset_support import FAST, SCALE_SETS, ScaleSetClient, checked, error, validate
 from tests.waiting import wait_until
 

@@ -14,7 +14,7 @@ import httpx
 import openstack.connection
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.github_support import jit_config, pat_client, validate_workflow_job
 from tests.sandbox.scaleset_support import (
     FAST,

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.sandbox.scaleset_support import FAST, SCALE_SETS, ScaleSetClient, Session, checked, error
 from tests.waiting import wait_until
 

@@ -16,7 +16,7 @@ import openstack.exceptions
 import pytest
 from githubkit import GitHub, TokenAuthStrategy
 
-from corral.sandbox.server import Sandbox
+from corral_sandbox.server import Sandbox
 from tests.conftest import connect
 from tests.waiting import wait_until
 from tests.webhook_receiver import WebhookReceiver

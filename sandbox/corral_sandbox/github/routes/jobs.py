@@ -1,0 +1,97 @@
+"""Workflow runs and jobs of a repository, as corral polls them when a webhook may have been lost."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from corral_sandbox.github import payloads
+from corral_sandbox.github.errors import GitHubError, not_found
+from corral_sandbox.github.model import Repository, WorkflowRun
+from corral_sandbox.github.routes.common import authorize, paginated, path_int, principal, require_permission, urls
+from corral_sandbox.github.state import GitHubState
+
+RUN_STATUSES = {"queued", "in_progress", "completed", "waiting", "requested", "pending"}
+
+
+def _matches(run: WorkflowRun, status: str | None) -> bool:
+    """`?status=` takes a status (`queued`, `in_progress`, ...) or a conclusion (`success`, ...)."""
+    if status is None:
+        return True
+    return run.status == status if status in RUN_STATUSES else run.conclusion == status
+
+
+def register(router: APIRouter, state: GitHubState) -> None:
+    def repository(request: Request) -> Repository:
+        repo = state.directory.repo(request.path_params["owner"], request.path_params["repo"])
+        authorize(principal(request), repo.owner, repository=True)
+        require_permission(principal(request), "actions", "read")
+        return repo
+
+    def run_of(request: Request) -> WorkflowRun:
+        repo = repository(request)
+        run = state.scheduler.runs.get(path_int(request, "run_id"))
+        if run is None or run.repo.id != repo.id:
+            raise not_found()
+        return run
+
+    def list_runs(request: Request, repo: Repository) -> JSONResponse:
+        u = urls(request, state)
+        status = request.query_params.get("status")
+        runs = [r for r in reversed(state.scheduler.runs_by_repo.get(repo.id, [])) if _matches(r, status)]
+        actor = state.directory.pat_owner
+        return paginated(
+            request,
+            runs,
+            lambda run: payloads.workflow_run(run, actor, u),
+            "workflow_runs",
+            f"{u.api}/repositories/{repo.id}/actions/runs",
+        )
+
+    @router.get("/repos/{owner}/{repo}/actions/runs")
+    async def runs_for_repo(request: Request) -> JSONResponse:
+        return list_runs(request, repository(request))
+
+    @router.get("/repositories/{repo_id}/actions/runs")
+    async def runs_by_repo_id(request: Request) -> JSONResponse:
+        repo = state.directory.existing_repo(path_int(request, "repo_id"))
+        if repo is None:
+            raise not_found()
+        authorize(principal(request), repo.owner, repository=True)
+        require_permission(principal(request), "actions", "read")
+        return list_runs(request, repo)
+
+    @router.get("/repos/{owner}/{repo}/actions/runs/{run_id}")
+    async def get_run(request: Request) -> JSONResponse:
+        run = run_of(request)
+        return JSONResponse(payloads.workflow_run(run, state.directory.pat_owner, urls(request, state)))
+
+    @router.get("/repos/{owner}/{repo}/actions/runs/{run_id}/jobs")
+    async def jobs_for_run(request: Request) -> JSONResponse:
+        run = run_of(request)
+        u = urls(request, state)
+        jobs = [state.scheduler.jobs[job_id] for job_id in run.job_ids]
+        return paginated(
+            request,
+            jobs,
+            lambda job: payloads.workflow_job(job, u),
+            "jobs",
+            f"{u.api}/repositories/{run.repo.id}/actions/runs/{run.id}/jobs",
+        )
+
+    @router.post("/repos/{owner}/{repo}/actions/runs/{run_id}/cancel", status_code=202)
+    async def cancel_run(request: Request) -> JSONResponse:
+        run = run_of(request)
+        if run.status == "completed":
+            raise GitHubError(409, "Cannot cancel a workflow run that is completed.")
+        for job_id in run.job_ids:
+            state.scheduler.cancel(state.scheduler.jobs[job_id])
+        return JSONResponse({}, status_code=202)
+
+    @router.get("/repos/{owner}/{repo}/actions/jobs/{job_id}")
+    async def get_job(request: Request) -> JSONResponse:
+        repo = repository(request)
+        job = state.scheduler.jobs.get(path_int(request, "job_id"))
+        if job is None or job.repo.id != repo.id:
+            raise not_found()
+        return JSONResponse(payloads.workflow_job(job, urls(request, state)))

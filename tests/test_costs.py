@@ -1,0 +1,260 @@
+"""Count, don't time: what intake, a pass and a job cost, in SQL statements and calls to each far end.
+
+Counts do not depend on the machine or its load, so each is asserted exactly: a change that adds a statement
+per job, or a listing per pass, fails here on any machine, and the new figure goes in with a word on why.
+`bench/costs.py` prints the same counts. Passes are driven by `LocalCorral.settle()` alone: the periodic look,
+the missed-job scan and the stale-job check are set an hour apart, so nothing runs that the test did not ask for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.counting import StatementCounter, calls_since, sandbox_calls
+from corral.model import Delivery, DeliveryOutcome, IntakeResult, JobState, JobUpdate, Reason, RunnerState
+from corral.store.database import Store
+from corral.store.intake import Intake
+from corral_sandbox.local import LocalCorral, corral_config, pool_spec
+from corral_sandbox.server import Sandbox
+from tests.store_urls import postgres_url, sqlite_url
+from tests.waiting import wait_until
+
+QUIET = {"reconcile_interval": "1h", "missed_job_scan": "1h", "stale_job_check": "1h"}
+"""No look, scan or check but the ones a test asks for."""
+LIVE = [state for state in RunnerState if state is not RunnerState.DELETED]
+
+LOOK_CALLS = {
+    "openstack": {
+        "GET /compute/v2.1/servers/detail": 1,  # every owned server, one page
+        "GET /compute/v2.1/limits": 1,  # Nova's quota headroom
+        "GET /network/v2.0/quotas/{project_id}/details": 1,  # Neutron's (ports)
+    },
+    "github": {"GET /orgs/{org}/actions/runners": 1},  # the scope's registrations, one page of 100
+}
+"""One look at both far ends with up to 100 runners: the whole cost of a pass with nothing to do."""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    urls = sqlite_url(tmp_path) if request.param == "sqlite" else postgres_url()
+    with urls as url:
+        store = Store(url)
+        store.migrate()
+        yield store
+        store.close()
+
+
+def delivery(job_id: int, status: JobState, runner_name: str | None = None) -> Delivery:
+    job = JobUpdate(job_id, "octo/app", ("small",), status, "small", runner_name=runner_name)
+    return Delivery(id=f"{status.value}-{job_id}", event="workflow_job", action=status.value, job=job)
+
+
+def record(store: Store, deliveries: list[Delivery]) -> list[DeliveryOutcome]:
+    """Deliveries arriving together, recorded through the webhook endpoint's own group commit."""
+
+    async def arrive() -> list[DeliveryOutcome]:
+        heard: list[IntakeResult] = []
+        intake = Intake(store, heard.append)
+        return list(await asyncio.gather(*(intake.record(item) for item in deliveries)))
+
+    return asyncio.run(arrive())
+
+
+@pytest.mark.parametrize("batch", [1, 10, 500, 1000])
+def test_webhook_intake_costs_three_statements_per_group_of_up_to_500(store: Store, batch: int) -> None:
+    counter = StatementCounter(store.engine)
+    queued = [delivery(job_id, JobState.QUEUED) for job_id in range(1, batch + 1)]
+    groups = -(-batch // 500)  # `tuning.intake_group`: 500 deliveries per transaction at most
+    with counter.counting():
+        assert record(store, queued) == [DeliveryOutcome.RECORDED] * batch
+    # Per group: which delivery ids are known (SELECT deliveries), the new ones (INSERT deliveries, one
+    # executemany), the jobs they carry (INSERT jobs ... ON CONFLICT DO UPDATE, one executemany).
+    expected = {"SELECT deliveries": groups, "INSERT deliveries": groups, "INSERT jobs": groups}
+    assert dict(counter.kinds) == expected, counter.texts
+
+    taken = [delivery(job_id, JobState.IN_PROGRESS, f"runner-{job_id}") for job_id in range(1, batch + 1)]
+    with counter.counting():
+        assert record(store, taken) == [DeliveryOutcome.RECORDED] * batch
+    # The same three, and the pools of the runners the jobs name (SELECT runners), to wake them too.
+    assert dict(counter.kinds) == {**expected, "SELECT runners": groups}, counter.texts
+
+    with counter.counting():
+        assert record(store, queued) == [DeliveryOutcome.DUPLICATE] * batch
+    # A redelivery costs only the look-up that finds it known.
+    assert dict(counter.kinds) == {"SELECT deliveries": groups}, counter.texts
+
+
+def quiet_corral(sandbox: Sandbox, tmp_path: Path, database_url: str | None = None, **pool: Any) -> LocalCorral:
+    url = database_url or f"sqlite:///{tmp_path / 'corral.db'}"
+    document = corral_config(sandbox.info, url, {"small": pool_spec(["small"], **pool)}, **QUIET)
+    document["cloud"]["max_concurrent_creates"] = 32
+    corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
+
+    def ready() -> bool:
+        """Every pool checked (a network listing) and its status row written: start-up's work, not a pass's."""
+        corral.settle()
+        with corral.api() as api:
+            return api.get("/readyz").status_code == 200
+
+    wait_until(ready, timeout=30, what="corral ready")
+    corral.settle()
+    return corral
+
+
+def measured_pass(corral: LocalCorral, control: httpx.Client) -> tuple[StatementCounter, dict[str, dict[str, int]]]:
+    """One look and the pass after it, with the statements and calls they cost."""
+    counter = StatementCounter(corral.service.store.engine)
+    before = sandbox_calls(control)
+    with counter.counting():
+        corral.settle()
+    return counter, calls_since(control, before)
+
+
+TIMED = ("replicas", "pool_leases")
+"""Tables only the lease keeper writes, on its own timer (a third of `lease_time`): not a pass's work."""
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_pass_with_nothing_to_do_costs_one_look_and_seven_statements(
+    sandbox: Sandbox, control: httpx.Client, tmp_path: Path, database: str
+) -> None:
+    with sqlite_url(tmp_path) if database == "sqlite" else postgres_url() as url:
+        corral = quiet_corral(sandbox, tmp_path, url)
+        try:
+            counter, calls = measured_pass(corral, control)
+        finally:
+            corral.stop()
+    assert calls == LOOK_CALLS
+    # Before the look, the scopes live runners are in (SELECT DISTINCT runners.scope); after it, the pools
+    # that have workers (SELECT DISTINCT runners.pool) and the job gauges (SELECT jobs ... GROUP BY status).
+    # Then two passes of the pool, two statements each: its live runners with the jobs naming them (SELECT
+    # runners JOIN jobs) and its queued jobs, first page (SELECT jobs). Two passes, because `settle()` waits
+    # for a pass that starts after it asked, and the look's own wake had already started one.
+    expected = {"SELECT runners": 4, "SELECT jobs": 3}
+    if database == "postgresql":
+        # Replicas may share the database: after each look, every pool's status row (an operator's drain on
+        # another replica, other replicas' quota waits).
+        expected["SELECT pool_status"] = 1
+    work = {kind: count for kind, count in counter.kinds.items() if kind.split()[-1] not in TIMED}
+    assert work == expected, counter.texts
+
+
+@pytest.mark.parametrize(
+    ("runners", "pages", "runner_reads"),
+    [
+        # 10 runners: one page of servers and of registrations. Two more reads than an empty pool, both after
+        # the look: which listed servers have live runners (orphans are the others), and which listed
+        # registrations belong to runners already deleted (to delete those again).
+        (10, {"servers": 1, "registrations": 1}, 6),
+        # 1,000: Nova's page holds 1,000 servers, so a second (empty) page ends the listing; GitHub's holds
+        # 100 (10 pages); those two reads go by chunks of 500 names or ids (two more).
+        (1000, {"servers": 2, "registrations": 10}, 8),
+    ],
+    ids=["10", "1000"],
+)
+def test_a_pass_over_idle_runners_grows_only_by_pages(
+    sandbox: Sandbox,
+    control: httpx.Client,
+    tmp_path: Path,
+    runners: int,
+    pages: dict[str, int],
+    runner_reads: int,
+) -> None:
+    control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
+    corral = quiet_corral(sandbox, tmp_path, min_idle=runners, max_runners=runners)
+    try:
+
+        def all_idle() -> bool:
+            corral.settle(timeout=300)
+            return len(corral.runners(states=[RunnerState.IDLE])) == runners
+
+        wait_until(all_idle, timeout=600, what=f"{runners} idle runners")
+        counter, calls = measured_pass(corral, control)
+    finally:
+        corral.stop()
+    assert calls == {
+        "openstack": {
+            **LOOK_CALLS["openstack"],
+            "GET /compute/v2.1/servers/detail": pages["servers"],
+        },
+        "github": {"GET /orgs/{org}/actions/runners": pages["registrations"]},
+    }
+    assert dict(counter.kinds) == {"SELECT runners": runner_reads, "SELECT jobs": 3}, counter.texts
+
+
+def test_one_job_end_to_end_costs_four_calls_and_two_writes_per_move(
+    sandbox: Sandbox, control: httpx.Client, tmp_path: Path
+) -> None:
+    corral = quiet_corral(sandbox, tmp_path)
+    try:
+        before = sandbox_calls(control)
+        counter = StatementCounter(corral.service.store.engine)
+        with counter.counting():
+            job = control.post(
+                "/jobs", json={"repo": "octo-org/app", "labels": ["self-hosted", "small"], "duration": 0}
+            )
+            job_id = job.raise_for_status().json()["id"]
+            looks = 0
+
+            def served() -> bool:
+                nonlocal looks
+                corral.settle()
+                looks += 1
+                done = control.get(f"/jobs/{job_id}").json()["status"] == "completed"
+                return done and not corral.runners(states=LIVE)
+
+            wait_until(served, timeout=60, what="the job served and its runner deleted")
+        calls = calls_since(control, before)
+        (runner,) = corral.runners()
+        events = corral.events(runner.id)
+    finally:
+        corral.stop()
+    assert calls == {
+        "openstack": {
+            "POST /compute/v2.1/servers": 1,  # the runner's server
+            "DELETE /compute/v2.1/servers/{server_id}": 1,  # deleted once its job is done
+            **{endpoint: looks for endpoint in LOOK_CALLS["openstack"]},
+        },
+        "github": {
+            "GET /orgs/{org}/actions/runner-groups": 1,  # the org's default group, read once per corral
+            "POST /orgs/{org}/actions/runners/generate-jitconfig": 1,  # the runner's JIT config
+            "GET /orgs/{org}/actions/runners": looks,
+        },
+    }
+    path = [(event.to_state, event.reason) for event in events]
+    # The job takes no time, so which of these moves a runner makes depends on what each look and pass see
+    # first (the server active, the registration online, the job's in_progress webhook): each is right, and
+    # each must cost the same as any other move.
+    seen_or_not = {
+        (RunnerState.BOOTING, Reason.SERVER_ACTIVE),
+        (RunnerState.IDLE, Reason.CAME_ONLINE),
+        (RunnerState.BUSY, Reason.TOOK_JOB),
+    }
+    # Its end is heard from the job's completed webhook (job_done) or seen by a look first (runner_exited).
+    ended = {(RunnerState.FINISHED, Reason.RUNNER_EXITED): (RunnerState.FINISHED, Reason.JOB_DONE)}
+    assert [ended.get(move, move) for move in path if move not in seen_or_not] == [
+        (RunnerState.PENDING, Reason.DEMAND),
+        (RunnerState.CREATING, Reason.CREATE_REQUESTED),
+        (RunnerState.BOOTING, Reason.SERVER_CREATED),
+        (RunnerState.FINISHED, Reason.JOB_DONE),
+        (RunnerState.DELETING, Reason.CLEANUP),
+        (RunnerState.DELETED, Reason.GONE),
+    ]
+    moves = sum(1 for event in events if event.from_state not in (None, event.to_state))
+    writes = {kind: count for kind, count in counter.kinds.items() if not kind.startswith("SELECT")}
+    assert writes == {
+        "INSERT deliveries": 3,  # the job's queued, in_progress and completed webhooks, one group each
+        "INSERT jobs": 3,  # each one's job update (an upsert)
+        "INSERT runners": 1,  # the intent, written before the create...
+        "UPDATE jobs": 1,  # ...counted on the job it was started for...
+        # ...with its event; then each move's event, and the boot's step the look saw (server ACTIVE), if it
+        # saw one: an event alone, no move
+        "INSERT runner_events": len(events),
+        "UPDATE runners": moves,  # each move: one guarded UPDATE ... RETURNING
+    }, (path, counter.texts)
