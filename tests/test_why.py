@@ -40,12 +40,25 @@ def waiting(corral: LocalCorral, job_id: int) -> dict[str, Any] | None:
     return found
 
 
+def blocked_reason(corral: LocalCorral, job_id: int, code: WaitCode, timeout: float = 30.0) -> dict[str, Any]:
+    """Wait until the job's reported blocking reason is `code`, and return that very report: read again, it
+    may already say something else (a backoff of a second can end between two reads on a busy machine)."""
+    seen: list[dict[str, Any]] = []
+
+    def reported() -> bool:
+        reason = waiting(corral, job_id) or {}
+        if reason.get("code") != code.value:
+            return False
+        seen.append(reason)
+        return True
+
+    converge(corral, reported, f"{code} reported", timeout)
+    return seen[-1]
+
+
 def blocked_by(corral: LocalCorral, job_id: int, code: WaitCode, timeout: float = 30.0) -> str:
     """Wait until the job's reported blocking reason is `code`; its sentence."""
-    converge(corral, lambda: (waiting(corral, job_id) or {}).get("code") == code.value, f"{code} reported", timeout)
-    reason = waiting(corral, job_id)
-    assert reason is not None
-    return str(reason["sentence"])
+    return str(blocked_reason(corral, job_id, code, timeout)["sentence"])
 
 
 def running(control: httpx.Client, job_id: int) -> bool:
@@ -107,9 +120,9 @@ def test_a_pool_backing_off_after_cloud_errors_names_the_last_error(
     control.put("/faults", json=broken).raise_for_status()
     corral = start_corral({"small": pool_spec(["small"])}, default_pool="small")
     job_id = queue_job(control, ["small"])
-    sentence = blocked_by(corral, job_id, WaitCode.CLOUD_BACKOFF)
-    assert "backs off after failed creates until" in sentence and "create failed" in sentence
-    assert waiting(corral, job_id)["until"] is not None  # type: ignore[index]
+    reason = blocked_reason(corral, job_id, WaitCode.CLOUD_BACKOFF)
+    assert "backs off after failed creates until" in reason["sentence"] and "create failed" in reason["sentence"]
+    assert reason["until"] is not None
 
 
 def test_a_spent_github_rate_limit_says_until_when(
