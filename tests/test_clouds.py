@@ -370,13 +370,18 @@ def test_a_server_nova_put_in_error_for_quota_is_the_quota_and_the_runner_goes_t
     pool for its `quota_retry` (not the 1 s of a first failed boot), and the replacement goes to the second."""
     # East's limits unreadable: corral cannot plan within them, so its four creates race past the quota of 3.
     unreadable = {"match": "openstack GET /compute/v2.1/limits", "error_rate": 1.0, "status": 403}
-    control.put("/faults", json={"endpoints": [unreadable]}).raise_for_status()
+    # West cannot be checked until east has the four: the two placements are checked at once, and when west's
+    # check answers first (a loaded machine) the warm runners rightly go there, and east never gets four.
+    unchecked = {"match": "openstack-two GET /image/*", "error_rate": 1.0, "status": 403}
+    control.put("/faults", json={"endpoints": [unreadable, unchecked]}).raise_for_status()
     control.put("/quota", params={"cloud": "one"}, json={"instances": 3}).raise_for_status()
     control.put("/timings", json={"schedule_delay": 3600}).raise_for_status()  # scheduled by the test, below
     document = two_clouds(sandbox, f"sqlite:///{tmp_path / 'corral.db'}", min_idle=4, max_runners=4)
     document["clouds"]["east"]["quota_retry"] = "10m"
     corral = start_corral(document=document)
     converge(corral, lambda: servers_made(control, "one") == 4, "four creates accepted by the first cloud")
+    control.put("/faults", json={"endpoints": [unreadable]}).raise_for_status()
+    assert corral.reload(document) == []  # every placement checked again, west too, before it returns
 
     def schedule() -> None:
         for cloud in sandbox.world.clouds.values():
