@@ -196,7 +196,7 @@ class Engine:
             server_cost=self.checker.cost,
             rollouts=self.rollouts,
             checked_image=self.checker.image_id,
-            others=self._held_elsewhere,
+            others=self._sharing_quota,
         )
         self.workers = KeyedWorkers(self.reconcile_pool, clock)
         self.observer = Observer(self._look, self._observed, lambda: self.config.reconcile_interval)
@@ -483,6 +483,12 @@ class Engine:
                 cloud = status.quota_waiting_cloud or self.config.clouds_of(name)[0]
                 waits.append((cloud, (name, self.config.pools[name].priority, cost, status.quota_waiting, age)))
         return waits
+
+    def _sharing_quota(self, _pool: str) -> list[str]:
+        """Every pool, with replicas (any may have another replica's creates under way: one held elsewhere, or
+        one taken over from a replica that stalled past its lease); none on SQLite, where this replica makes
+        every create."""
+        return list(self.config.pools) if self.leases.enabled else []
 
     def _held_elsewhere(self, pool: str | None = None) -> list[str]:
         """The pools other replicas hold, `pool` aside (none on SQLite, where this replica holds all)."""

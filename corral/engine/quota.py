@@ -170,6 +170,10 @@ class QuotaBudget:
         if held is not None:
             self._reserved[runner_id] = held
 
+    def reserved_runners(self) -> list[str]:
+        """The runners whose creates this budget reserved room for and no reading has counted yet."""
+        return [key for key in self._reserved if not key.startswith("claim:")]
+
     def release(self, key: str) -> None:
         """A claim no runner was written for."""
         self._reserved.pop(key, None)
@@ -183,9 +187,11 @@ class QuotaBudget:
 
 class SharedRoom:
     """For `runners.add`, on replicas sharing a project: how many servers of `cost` fit in `left` (this
-    replica's view, its claims for them aside) once the servers of the pools `others` (held by other replicas)
-    made since the reading began are counted too. Runs in the add's transaction, after the project's lock,
-    and keeps how many it held back and what limited them."""
+    replica's view, its claims for them aside) once the servers of the pools `others` made since the reading
+    began are counted too, this replica's own creates (`own`, already in `left`) aside. Every pool counts,
+    those this replica holds included: a pool taken over from a replica that stalled past its lease may still
+    have that replica's creates under way, which this one never reserved. Runs in the add's transaction, after
+    the project's lock, and keeps how many it held back and what limited them."""
 
     def __init__(
         self,
@@ -196,10 +202,11 @@ class SharedRoom:
         *,
         cloud: str,
         or_unrecorded: bool,
+        own: Collection[str] = (),
     ) -> None:
         """`cloud`: the quota's cloud, whose runners count (`or_unrecorded`: and those older than the record of
         their cloud, which is the first)."""
-        self._left, self._cost, self._others = left, cost, others
+        self._left, self._cost, self._others, self._own = left, cost, others, own
         self._cloud, self._or_unrecorded = cloud, or_unrecorded
         self._since = read_began - timedelta(seconds=CLOCK_SLACK_S)
         self.held_back = 0
@@ -207,7 +214,9 @@ class SharedRoom:
 
     def __call__(self, connection: Connection, count: int) -> int:
         shared.take_turn(connection)
-        made = shared.made_since(connection, self._others, self._since, self._cloud, self._or_unrecorded)
+        made = shared.made_since(
+            connection, self._others, self._since, self._cloud, self._or_unrecorded, excluding=self._own
+        )
         costs = shared.server_costs(connection, made)
         taken = [(ServerCost.of(costs.get(pool)) or BARE_SERVER, servers) for pool, servers in made.items()]
         fits, limited_by = servers_that_fit(self._left.less(taken), self._cost)

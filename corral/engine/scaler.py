@@ -148,7 +148,9 @@ class Scaler:
         self._checked_image = checked_image
         """The image a pool's `image` resolved to at its last check."""
         self._others = others
-        """The pools other replicas hold (none on SQLite): their creates share the project's quota."""
+        """The pools whose creates since a reading share the project's quota with this replica's own: every
+        pool when replicas share the database (a pool may have another replica's creates under way, even one
+        this replica took over), none on SQLite."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
         self._replacing: dict[str, dict[str, str]] = {}
@@ -681,7 +683,8 @@ class Scaler:
         if not others or group.cost is None or began is None or left is None:
             return None
         first = group.placement.cloud == self._config().default_cloud
-        return SharedRoom(left, group.cost, others, began, cloud=group.placement.cloud, or_unrecorded=first)
+        own = group.budget.reserved_runners()
+        return SharedRoom(left, group.cost, others, began, cloud=group.placement.cloud, or_unrecorded=first, own=own)
 
     async def _create(self, runner: Runner, budget: QuotaBudget, create: Awaitable[None]) -> None:
         """The create, then its quota reservation marked finished (the next reading counts the server)."""

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, false, func, select, text
+from sqlalchemy import Connection, false, func, select, text, true
 
 from corral.model import RunnerState
 from corral.store.schema import POOL_STATUS, RUNNERS
@@ -37,10 +37,12 @@ def made_since(
     since: datetime,
     cloud: str,
     or_unrecorded: bool,
+    excluding: Collection[str] = (),
 ) -> dict[str, int]:
     """Per pool of `pools`, its runners in `cloud` (`or_unrecorded`: or of no recorded cloud, the first) whose
     server a reading begun at `since` may not count: their create is under way, or their server was made
-    after it (deleted ones aside: their server is gone)."""
+    after it (deleted ones aside: their server is gone), but the runners `excluding` (the asking replica's own
+    creates, which its headroom already holds)."""
     if not pools:
         return {}
     booted_since = select(EVENTS.c.runner_id).where(
@@ -53,6 +55,7 @@ def made_since(
             RUNNERS.c.state != RunnerState.DELETED.value,
             (RUNNERS.c.cloud == cloud) | (RUNNERS.c.cloud.is_(None) if or_unrecorded else false()),
             RUNNERS.c.state.in_(IN_FLIGHT) | RUNNERS.c.id.in_(booted_since),
+            RUNNERS.c.id.not_in(list(excluding)) if excluding else true(),
         )
         .group_by(RUNNERS.c.pool)
     )
