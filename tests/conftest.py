@@ -12,9 +12,11 @@ import openstack
 import openstack.config
 import pytest
 
+from corral.store.database import Store
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_cloud_config
 from corral_sandbox.server import Sandbox
 from corral_sandbox.world import Timings
+from tests.store_urls import postgres_url, sqlite_url
 from tests.webhook_receiver import WebhookReceiver
 
 TEST_TIMINGS = Timings(boot_delay=0.05, register_delay=0.0, delete_delay=0.0)
@@ -65,6 +67,17 @@ def _untraced_children(request: pytest.FixtureRequest) -> None:
     fail jobs that an untraced corral serves (measured: 89 and 94 of 100 served, against 100)."""
     if request.node.get_closest_marker("untraced") is not None:
         request.getfixturevalue("monkeypatch").delenv("COVERAGE_PROCESS_CONFIG", raising=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated store on SQLite and on the real PostgreSQL: what the store's and the cost tests run against."""
+    urls = sqlite_url(tmp_path) if request.param == "sqlite" else postgres_url()
+    with urls as url:
+        store = Store(url)
+        store.migrate()
+        yield store
+        store.close()
 
 
 @pytest.fixture(scope="session")

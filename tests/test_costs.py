@@ -9,7 +9,6 @@ the missed-job scan and the stale-job check are set an hour apart, so nothing ru
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +37,6 @@ LOOK_CALLS = {
     "github": {"GET /orgs/{org}/actions/runners": 1},  # the scope's registrations, one page of 100
 }
 """One look at both far ends with up to 100 runners: the whole cost of a pass with nothing to do."""
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    urls = sqlite_url(tmp_path) if request.param == "sqlite" else postgres_url()
-    with urls as url:
-        store = Store(url)
-        store.migrate()
-        yield store
-        store.close()
 
 
 def delivery(job_id: int, status: JobState, runner_name: str | None = None) -> Delivery:

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -44,17 +43,7 @@ from corral.store import (
     runners,
 )
 from corral.store.runners import NewRunner
-from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url, sqlite_url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    urls = sqlite_url(tmp_path) if request.param == "sqlite" else postgres_url()
-    with urls as url:
-        store = Store(url)
-        store.migrate()
-        yield store
-        store.close()
+from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url
 
 
 def add(store: Store, pool: str = "small", job_id: int | None = None) -> Runner:
