@@ -28,7 +28,7 @@ TOKEN_SHAPES = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"  # GitHub tokens
     r"|(?<=\bcorral_[0-9a-f]{8}_)[A-Za-z0-9_-]{20,}"  # corral API tokens: the id before it stays readable
     r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs (the App's, bearer tokens)
-    r"|(?<=[?&]token=)[^&\s\"']+"  # a token in a URL's query, as the dashboard link carries it
+    r"|(?<=[?&]token=)[^&\s\"']+"  # a token in a URL's query (refused with 400, but an access log still records it)
     r"|[A-Za-z0-9+/]{100,}={0,2}"  # kilobytes of base64: user data, a JIT config, a key
 )
 
