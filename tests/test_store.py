@@ -463,7 +463,7 @@ def test_a_pools_create_backoff_outlives_its_holder(store: Store) -> None:
     successor.restore(statuses, {"small"}.__contains__)
     assert successor.failures("small") == 3
     assert 0 < successor.remaining_s("small") <= paused
-    assert asyncio.run(successor.succeeded("small"))
+    assert asyncio.run(successor.succeeded("small", created_at=utcnow()))  # a runner created since the restore
     fresh = PoolPauses(store, log_once, time.monotonic)
     fresh.restore(store.run_blocking(pools.statuses), {"small"}.__contains__)
     assert (fresh.failures("small"), fresh.remaining_s("small")) == (0, 0.0)
@@ -488,7 +488,7 @@ def test_a_clouds_backoff_for_a_pool_outlives_its_holder(store: Store) -> None:
     assert successor.cloud_failures("small", "east") == 2
     assert 25 < successor.cloud_remaining_s("small", "east") <= paused
     assert (successor.cloud_failures("small", "west"), successor.remaining_s("small")) == (0, 0.0)
-    asyncio.run(successor.cloud_succeeded("small", "east"))
+    asyncio.run(successor.cloud_succeeded("small", "east", created_at=utcnow()))
     fresh = PoolPauses(store, log_once, time.monotonic)
     fresh.restore(store.run_blocking(pools.statuses), {"small"}.__contains__)
     assert (fresh.cloud_failures("small", "east"), fresh.cloud_remaining_s("small", "east")) == (0, 0.0)

@@ -138,10 +138,10 @@ class Creator:
 
     async def came_online(self, runner: Runner) -> None:
         """A runner came online: the whole way from intent to runner works, so any backoff ends (its pool's,
-        and its cloud's for the pool). (A create the cloud accepted is not enough: a server that then goes to
-        ERROR is a failure too.)"""
-        await self.pauses.cloud_succeeded(runner.pool, self._cloud_of(runner))
-        if await self.pauses.succeeded(runner.pool):
+        and its cloud's for the pool) that began before the runner was created. (A create the cloud accepted is
+        not enough: a server that then goes to ERROR is a failure too.)"""
+        await self.pauses.cloud_succeeded(runner.pool, self._cloud_of(runner), runner.created_at)
+        if await self.pauses.succeeded(runner.pool, runner.created_at):
             logger.info("pool %s: a runner came online; creating at full speed again", runner.pool)
 
     async def booting_failed(self, runner: Runner, reason: Reason, message: str | None) -> None:

@@ -1,7 +1,9 @@
 """Each pool's create backoff: in memory for the scaler's every pass, in the database for the next holder.
 
 A pool whose creates keep failing (a broken image, a full quota, GitHub refusing JIT configs) is paused
-for longer after each failure, and a runner coming online ends the pause. The holder of the pool keeps the
+for longer after each failure, and a runner coming online ends the pause, if it was created after the last
+failure: a runner that was already booting when the cloud refused a create (or put a server in ERROR for quota)
+says nothing of whether the next create will pass. The holder of the pool keeps the
 backoff in memory and writes each change to the pool's status row; a replica that takes the pool over (or
 corral restarting) reads it back, so a failover does not retry a broken cloud at full speed.
 
@@ -26,10 +28,20 @@ logger = logging.getLogger("corral.engine")
 class PoolPauses:
     """Create backoffs by pool; `failed` and `succeeded` write through to the store."""
 
-    def __init__(self, store: Store, log_once: LogOnce, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        log_once: LogOnce,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self._store = store
         self._log_once = log_once
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._last_failed: dict[tuple[str, str | None], datetime] = {}
+        """When each backoff (a pool's: cloud None; or a pool's in a cloud) last heard of a failure, by the
+        clock runners' `created_at` is read with: only a runner created since can end it."""
         self._backoffs: dict[str, Backoff] = {}
         self._cloud_backoffs: dict[str, dict[str, Backoff]] = {}
         """Per pool, per cloud it failed: for pools placed in several clouds."""
@@ -45,15 +57,16 @@ class PoolPauses:
     async def failed(self, pool: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed: the seconds until the next one."""
         backoff = self._backoffs.setdefault(pool, Backoff(clock=self._clock))
+        self._last_failed[(pool, None)] = self._wall_clock()
         wait, changed = _failed(backoff, at_least_s)
         if changed:
             await self._write(pool, backoff)
         return wait
 
-    async def succeeded(self, pool: str) -> bool:
-        """A runner of the pool came online; True if that ended a backoff."""
+    async def succeeded(self, pool: str, created_at: datetime) -> bool:
+        """A runner of the pool, created at `created_at`, came online; True if that ended a backoff."""
         backoff = self._backoffs.get(pool)
-        if backoff is None or not backoff.failures:
+        if backoff is None or not backoff.failures or not self._created_since_failure(pool, None, created_at):
             return False
         backoff.succeeded()
         await self._write(pool, backoff)
@@ -71,27 +84,38 @@ class PoolPauses:
     async def cloud_failed(self, pool: str, cloud: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed in `cloud`: the seconds until the next one there."""
         backoff = self._cloud_backoffs.setdefault(pool, {}).setdefault(cloud, Backoff(clock=self._clock))
+        self._last_failed[(pool, cloud)] = self._wall_clock()
         wait, changed = _failed(backoff, at_least_s)
         if changed:
             await self._write_clouds(pool)
         return wait
 
-    async def cloud_succeeded(self, pool: str, cloud: str) -> None:
-        """A runner of the pool came online in `cloud`: it serves the pool again."""
+    async def cloud_succeeded(self, pool: str, cloud: str, created_at: datetime) -> None:
+        """A runner of the pool, created at `created_at`, came online in `cloud`: it serves the pool again,
+        if that runner was created after the cloud last failed the pool."""
         backoff = self._cloud_backoffs.get(pool, {}).get(cloud)
-        if backoff is None or not backoff.failures:
+        if backoff is None or not backoff.failures or not self._created_since_failure(pool, cloud, created_at):
             return
         backoff.succeeded()
         await self._write_clouds(pool)
 
+    def _created_since_failure(self, pool: str, cloud: str | None, created_at: datetime) -> bool:
+        """Whether a runner created at `created_at` tried the way after the backoff's last failure. (A backoff
+        restored from the store has no failure time: it counts from the restore, the runners booting then
+        being the old holder's.)"""
+        failed_at = self._last_failed.get((pool, cloud))
+        return failed_at is None or created_at >= failed_at
+
     def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
         """Take the backoffs of the pools this replica has just taken from their status rows (which are the
         truth: another replica may have held the pool since this one last did)."""
-        now = utcnow()
+        now = self._wall_clock()
         for name, status in statuses.items():
             if not taken(name):
                 continue
             self._restore_clouds(name, status.cloud_backoffs or {})
+            if status.create_failures:
+                self._last_failed[(name, None)] = now
             remaining = (status.create_paused_until - now).total_seconds() if status.create_paused_until else 0.0
             if not status.create_failures and remaining <= 0:
                 self._backoffs.pop(name, None)
@@ -109,7 +133,7 @@ class PoolPauses:
 
     def _restore_clouds(self, pool: str, saved: Mapping[str, object]) -> None:
         """The pool's per-cloud backoffs as its status row has them (`_write_clouds`)."""
-        now = utcnow()
+        now = self._wall_clock()
         backoffs: dict[str, Backoff] = {}
         for cloud, fields in saved.items():
             if not isinstance(fields, dict):
@@ -122,6 +146,7 @@ class PoolPauses:
                 continue
             if failures:
                 backoffs[cloud] = Backoff(clock=self._clock, failures=failures, until=self._clock() + max(remaining, 0))
+                self._last_failed[(pool, cloud)] = now
         if backoffs:
             self._cloud_backoffs[pool] = backoffs
             logger.info("pool %s: clouds still backing off for it: %s", pool, ", ".join(sorted(backoffs)))
@@ -132,7 +157,7 @@ class PoolPauses:
         saved = {
             cloud: {
                 "failures": backoff.failures,
-                "paused_until": until.isoformat() if (until := _paused_until(backoff)) else None,
+                "paused_until": until.isoformat() if (until := self._paused_until(backoff)) else None,
             }
             for cloud, backoff in self._cloud_backoffs.get(pool, {}).items()
             if backoff.failures
@@ -142,8 +167,12 @@ class PoolPauses:
         except Exception as exc:  # the backoffs in memory hold; their next change writes again
             self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its clouds' backoffs: {exc}")
 
+    def _paused_until(self, backoff: Backoff) -> datetime | None:
+        """When the backoff's wait ends, by the wall clock the status row keeps (None: not waiting)."""
+        return self._wall_clock() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None
+
     async def _write(self, pool: str, backoff: Backoff) -> None:
-        paused_until = _paused_until(backoff)
+        paused_until = self._paused_until(backoff)
         try:
             await self._store.run(pools.set_create_backoff, pool, backoff.failures, paused_until)
         except Exception as exc:  # the pause in memory holds; its next change writes again
@@ -155,8 +184,3 @@ def _failed(backoff: Backoff, at_least_s: float) -> tuple[float, bool]:
     before = (backoff.failures, backoff.until)
     wait = backoff.failed(at_least_s)
     return wait, (backoff.failures, backoff.until) != before
-
-
-def _paused_until(backoff: Backoff) -> datetime | None:
-    """When the backoff's wait ends, by the wall clock the status row keeps (None: not waiting)."""
-    return utcnow() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None

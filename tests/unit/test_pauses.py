@@ -1,0 +1,79 @@
+"""Create backoffs (`engine.pauses`): which runner coming online ends a pause, in virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from corral.engine.backoff import LogOnce
+from corral.engine.pauses import PoolPauses
+from corral.store import Store
+
+START = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
+
+
+class Clocks:
+    """A monotonic clock and a wall clock that move together, only when told."""
+
+    def __init__(self) -> None:
+        self.elapsed = 0.0
+
+    def monotonic(self) -> float:
+        return self.elapsed
+
+    def wall(self) -> datetime:
+        return START + timedelta(seconds=self.elapsed)
+
+
+def pauses(tmp_path: Path, clocks: Clocks) -> PoolPauses:
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.migrate()
+    return PoolPauses(store, LogOnce(logging.getLogger("test")), clocks.monotonic, wall_clock=clocks.wall)
+
+
+def test_a_runner_booting_before_the_cloud_failed_the_pool_does_not_end_its_backoff(tmp_path: Path) -> None:
+    """Nova put the fourth of four servers in ERROR for quota: the cloud backs off 600 s for the pool. The
+    other three, created before, then come online: that says nothing of the quota, so east stays paused (it
+    used to end the pause, and the next runner went to east and was refused)."""
+    clocks = Clocks()
+    paused = pauses(tmp_path, clocks)
+
+    async def scenario() -> tuple[float, float, int]:
+        booted_before = clocks.wall()
+        clocks.elapsed = 20.0
+        assert await paused.cloud_failed("small", "east", at_least_s=600.0) == 600.0
+        clocks.elapsed = 25.0
+        await paused.cloud_succeeded("small", "east", booted_before)
+        still = paused.cloud_remaining_s("small", "east")
+        created_after = clocks.wall()
+        clocks.elapsed = 30.0
+        await paused.cloud_succeeded("small", "east", created_after)
+        return still, paused.cloud_remaining_s("small", "east"), paused.cloud_failures("small", "east")
+
+    assert asyncio.run(scenario()) == (595.0, 0.0, 0)
+
+
+def test_a_pool_pause_ends_only_for_a_runner_created_after_the_last_failure(tmp_path: Path) -> None:
+    """Failures at 0 s and 1.5 s (a 1 s then a 2 s pause): a runner created at 1 s, between them, coming online
+    at 2 s leaves the pause; the trial runner created at 3.5 s, when it ran out, ends it."""
+    clocks = Clocks()
+    paused = pauses(tmp_path, clocks)
+
+    async def scenario() -> list[tuple[bool, int]]:
+        seen = []
+        assert await paused.failed("small") == 1.0
+        clocks.elapsed = 1.0
+        between = clocks.wall()
+        clocks.elapsed = 1.5
+        assert await paused.failed("small") == 2.0
+        clocks.elapsed = 2.0
+        seen.append((await paused.succeeded("small", between), paused.failures("small")))
+        clocks.elapsed = 3.5
+        trial = clocks.wall()
+        clocks.elapsed = 40.0
+        seen.append((await paused.succeeded("small", trial), paused.failures("small")))
+        return seen
+
+    assert asyncio.run(scenario()) == [(False, 2), (True, 0)]
