@@ -50,13 +50,17 @@ def instrumented_router(
 
             async def instrumented(request: Request) -> Response:
                 key = endpoint_key(request.method if request.method in methods else methods[0], path_format)
-                world.stats.api_call(side, key)
                 decision = world.faults.decide(side, *key.split(" ", 1))
                 if decision.latency_s:
                     # The request is received in full before the server dawdles, as with a slow real
-                    # service: a client that gives up (or dies) meanwhile does not undo its request.
+                    # service: a client that gives up (or dies) meanwhile does not undo its request. It is
+                    # counted once received in full, so that a test which kills the client after seeing the
+                    # count knows the request will be carried out.
                     await request.body()
+                    world.stats.api_call(side, key)
                     await asyncio.sleep(decision.latency_s)
+                else:
+                    world.stats.api_call(side, key)
                 if decision.error_status is not None:
                     world.stats.injected_error(side, key)
                     return error_response(decision.error_status, "injected fault")
