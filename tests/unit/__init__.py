@@ -1,0 +1,1 @@
+"""The unit layer: decisions tested in one process, in virtual time (see conftest.py)."""

@@ -1,0 +1,76 @@
+"""The unit layer's guards (conftest.py) refuse what a unit test may not do, and let through what it may."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import pytest_socket
+
+from tests.unit.conftest import OutsideTheUnitLayer
+
+
+def start_a_child() -> Any:
+    """Through a helper: tests/conftest.py marks e2e a test whose own code names `subprocess`."""
+    return subprocess.run(["true"], check=True)
+
+
+@pytest.mark.filterwarnings("ignore:A test tried to use socket.socket")
+def test_opening_an_internet_socket_is_refused() -> None:
+    with pytest.raises(pytest_socket.SocketBlockedError):
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+
+
+def test_a_unix_socket_pair_is_allowed_because_every_event_loop_makes_one() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        left.sendall(b"x")
+        assert right.recv(1) == b"x"
+
+
+@pytest.mark.parametrize(
+    ("what", "attempt"),
+    [
+        ("call time.sleep", lambda: time.sleep(0.01)),
+        ("start a child process", start_a_child),
+        ("start a child process", lambda: os.system("true")),
+    ],
+    ids=["time.sleep", "subprocess", "os.system"],
+)
+def test_a_real_wait_or_a_child_process_is_refused_and_recorded(
+    what: str, attempt: Callable[[], object], _unit_boundary: list[str]
+) -> None:
+    with pytest.raises(OutsideTheUnitLayer, match=f"may not {what}"):
+        attempt()
+    assert _unit_boundary == [what]
+    _unit_boundary.clear()  # recorded: the fixture would fail this test at teardown
+
+
+def test_asyncio_sleep_of_zero_yields_but_any_longer_wait_is_refused(_unit_boundary: list[str]) -> None:
+    order: list[str] = []
+
+    async def other() -> None:
+        order.append("other")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        order.append("after the yield")
+        await task
+        with pytest.raises(OutsideTheUnitLayer, match=r"may not wait 0\.5 s"):
+            await asyncio.sleep(0.5)
+
+    asyncio.run(scenario())
+    assert order == ["other", "after the yield"]
+    assert _unit_boundary == ["wait 0.5 s with asyncio.sleep"]
+    _unit_boundary.clear()
+
+
+def test_every_test_here_is_marked_unit(request: pytest.FixtureRequest) -> None:
+    assert request.node.get_closest_marker("unit") is not None
