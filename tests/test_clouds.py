@@ -22,10 +22,10 @@ from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_
 from corral_sandbox.server import Sandbox
 from corral_sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
-from tests.test_config import document, pool, problems_of
 from tests.test_end_to_end import everything_done
 from tests.test_lifecycle import converge, online_per_pool
 from tests.test_resilience import failed_events, runner_failures
+from tests.unit.test_config import document, pool, problems_of
 from tests.waiting import wait_until
 
 

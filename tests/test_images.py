@@ -25,7 +25,7 @@ from corral_sandbox.server import Sandbox
 from corral_sandbox.world import SECOND_CLOUD
 from tests.conftest import StartCorral
 from tests.test_clouds import clouds_of_runners, east_fits, servers_made, two_clouds
-from tests.test_config import document, pool
+from tests.unit.test_config import document, pool
 from tests.waiting import wait_until
 
 ORG = "octo-org"
