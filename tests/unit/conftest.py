@@ -3,8 +3,9 @@
 Every test here is marked `unit` (`pytest -m unit` selects them, `bash scripts/test.sh --unit` runs them alone),
 and fails if it opens a socket (pytest-socket; AF_UNIX stays allowed because `asyncio.run` makes its wake-up
 pipe with `socket.socketpair`), starts a child process, or really waits: `time.sleep` at all, `asyncio.sleep`
-for more than 0 s (`asyncio.sleep(0)` only yields to the other tasks, and tests use it to let them run). A unit
-that needs time takes a clock: the test moves it. The guards record every attempt as well as raising, so code
+for more than 0 s (`asyncio.sleep(0)` only yields to the other tasks, and tests use it to let them run) unless
+the loop runs on virtual time (`virtual_time.run`), where a wait costs nothing. A unit that needs time takes a
+clock: the test moves it, or gives it the virtual loop's. The guards record every attempt as well as raising, so code
 that swallows the exception (a loop that logs and retries) still fails its test.
 """
 
@@ -21,6 +22,8 @@ from typing import Any, NoReturn
 
 import pytest
 import pytest_socket
+
+from tests.unit.virtual_time import VirtualTimeLoop
 
 UNIT_DIR = Path(__file__).parent
 
@@ -57,7 +60,7 @@ def _unit_boundary(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     real_sleep = asyncio.sleep
 
     def sleep(delay: float, result: Any = None) -> Coroutine[Any, Any, Any]:
-        if delay > 0:
+        if delay > 0 and not isinstance(asyncio.get_running_loop(), VirtualTimeLoop):
             attempts.append(f"wait {delay} s with asyncio.sleep")
             raise OutsideTheUnitLayer(f"a unit test may not wait {delay} s: inject a clock instead")
         return real_sleep(delay, result)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import pytest_socket
 
+from tests.unit import virtual_time
 from tests.unit.conftest import OutsideTheUnitLayer
 
 
@@ -74,3 +75,26 @@ def test_asyncio_sleep_of_zero_yields_but_any_longer_wait_is_refused(_unit_bound
 
 def test_every_test_here_is_marked_unit(request: pytest.FixtureRequest) -> None:
     assert request.node.get_closest_marker("unit") is not None
+
+
+def test_on_the_virtual_loop_an_hour_of_timers_passes_at_once_and_to_the_second() -> None:
+    async def scenario() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        seen: list[tuple[str, float]] = []
+        loop.call_later(90, lambda: seen.append(("call_later", loop.time())))
+        await asyncio.sleep(3600)
+        seen.append(("slept", loop.time()))
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(45):
+                await asyncio.Event().wait()
+        seen.append(("timed out", loop.time()))
+        return seen
+
+    assert virtual_time.run(scenario()) == [("call_later", 90.0), ("slept", 3600.0), ("timed out", 3645.0)]
+
+
+def test_on_the_virtual_loop_a_worker_threads_answer_still_arrives() -> None:
+    async def scenario() -> tuple[int, float]:
+        return await asyncio.to_thread(sum, [1, 2, 3]), virtual_time.now()
+
+    assert virtual_time.run(scenario()) == (6, 0.0)
