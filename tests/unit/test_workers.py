@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from corral.engine.workers import KeyedWorkers, KeyStopped
+from tests.unit import virtual_time
 
 
 class Recorder:
@@ -39,9 +40,10 @@ class Recorder:
             self.changed.set()
 
 
-async def until(recorder: Recorder, condition: Callable[[], bool]) -> None:
-    """Wait (at most 5 s) until `condition` holds, looking again whenever the recorder sees something."""
-    async with asyncio.timeout(5.0):
+async def until(recorder: Recorder, condition: Callable[[], bool], within: float = 5.0) -> None:
+    """Wait (at most `within` s, virtual seconds on the virtual loop) until `condition` holds, looking again
+    whenever the recorder sees something."""
+    async with asyncio.timeout(within):
         while not condition():
             recorder.changed.clear()
             await recorder.changed.wait()
@@ -50,7 +52,7 @@ async def until(recorder: Recorder, condition: Callable[[], bool]) -> None:
 def test_a_burst_of_wakes_is_folded_and_never_runs_a_pool_twice_at_once() -> None:
     async def scenario() -> Recorder:
         recorder = Recorder()
-        workers = KeyedWorkers(recorder.work)
+        workers = KeyedWorkers(recorder.work, clock=virtual_time.now)
         workers.ensure(["small", "large"])
         await until(recorder, lambda: recorder.running["small"] == 1)
         for _ in range(1000):
@@ -61,38 +63,37 @@ def test_a_burst_of_wakes_is_folded_and_never_runs_a_pool_twice_at_once() -> Non
         await workers.stop()
         return recorder
 
-    recorder = asyncio.run(scenario())
+    recorder = virtual_time.run(scenario())
     assert recorder.most_at_once == 1, "a pool was reconciled by two coroutines at once"
-    assert 2 <= recorder.runs["small"] <= 3, f"1,000 wakes during a pass fold into one more: {recorder.runs}"
-    assert recorder.runs["large"] >= 1
+    # small: its first pass and one more for the 1,000 wakes and run_now; large: its first, and run_now's own
+    assert recorder.runs == {"small": 2, "large": 2}, "1,000 wakes during a pass fold into one more"
 
 
 def test_a_pass_asks_to_run_again_and_does() -> None:
-    async def scenario() -> Recorder:
-        recorder = Recorder(requeue_after=0.01)
+    async def scenario() -> tuple[Counter[str], float]:
+        recorder = Recorder(requeue_after=10.0)
         recorder.release.set()
-        workers = KeyedWorkers(recorder.work)
+        workers = KeyedWorkers(recorder.work, clock=virtual_time.now)
         workers.ensure(["small"])
-        await until(recorder, lambda: recorder.runs["small"] >= 3)
+        await until(recorder, lambda: recorder.runs["small"] == 3, within=20.5)
         await workers.stop()
-        return recorder
+        return recorder.runs, virtual_time.now()
 
-    assert asyncio.run(scenario()).runs["small"] >= 3
+    assert virtual_time.run(scenario()) == ({"small": 3}, 20.0)
 
 
 def test_a_pass_that_raises_is_tried_again_and_the_worker_survives(caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> Recorder:
+    async def scenario() -> tuple[Counter[str], float]:
         recorder = Recorder(failures=1)
         recorder.release.set()
-        workers = KeyedWorkers(recorder.work)
+        workers = KeyedWorkers(recorder.work, clock=virtual_time.now)
         workers.ensure(["small"])
-        await until(recorder, lambda: recorder.runs["small"] >= 2)
+        await until(recorder, lambda: recorder.runs["small"] == 2)
         await workers.stop()
-        return recorder
+        return recorder.runs, virtual_time.now()
 
-    recorder = asyncio.run(scenario())
-    assert recorder.runs["small"] >= 2
-    assert any("reconciling pool small failed" in record.getMessage() for record in caplog.records)
+    assert virtual_time.run(scenario()) == ({"small": 2}, 1.0)
+    assert [record.getMessage() for record in caplog.records] == ["reconciling pool small failed; trying again in 1s"]
 
 
 def test_a_removed_key_stops_its_worker() -> None:
