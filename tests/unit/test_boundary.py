@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,10 +24,66 @@ def start_a_child() -> Any:
     return subprocess.run(["true"], check=True)
 
 
-@pytest.mark.filterwarnings("ignore:A test tried to use socket.socket")
-def test_opening_an_internet_socket_is_refused() -> None:
+@pytest.mark.filterwarnings("ignore:A test tried to use socket")
+def test_opening_an_internet_socket_is_refused_and_recorded(_unit_boundary: list[str]) -> None:
     with pytest.raises(pytest_socket.SocketBlockedError):
         socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with pytest.raises(pytest_socket.SocketBlockedError):
+        socket.getaddrinfo("github.com", 443)
+    assert _unit_boundary == ["open a socket", "resolve a host name"]
+    _unit_boundary.clear()
+
+
+@pytest.fixture(scope="module")
+def thread_from_before() -> Iterator[Callable[[Callable[[], object]], object]]:
+    """A thread started before the tests that use it (as a session's sandbox is): it runs what it is handed."""
+    work: queue.Queue[Callable[[], object] | None] = queue.Queue()
+    done: queue.Queue[object] = queue.Queue()
+
+    def serve() -> None:
+        while (job := work.get()) is not None:
+            try:
+                done.put(job())
+            except Exception as exc:
+                done.put(exc)
+
+    thread = threading.Thread(target=serve, name="from-before", daemon=True)
+    thread.start()
+
+    def run(job: Callable[[], object]) -> object:
+        work.put(job)
+        return done.get()
+
+    yield run
+    work.put(None)
+    thread.join()
+
+
+def open_and_close_an_internet_socket() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as opened:
+        return type(opened).__name__
+
+
+@pytest.mark.filterwarnings("ignore:A test tried to use socket.socket")
+def test_only_the_tests_own_threads_are_held_to_the_boundary(
+    thread_from_before: Callable[[Callable[[], object]], object], _unit_boundary: list[str]
+) -> None:
+    assert thread_from_before(open_and_close_an_internet_socket) == "OwnThreadsSocket"
+    assert _unit_boundary == []
+    outcome: list[object] = []
+    started = threading.Thread(target=lambda: outcome.append(_try_socket()))
+    started.start()
+    started.join()
+    assert outcome == ["SocketBlockedError"]
+    assert _unit_boundary == ["open a socket"]
+    _unit_boundary.clear()
+
+
+def _try_socket() -> str:
+    try:
+        return open_and_close_an_internet_socket()
+    except pytest_socket.SocketBlockedError as exc:
+        return type(exc).__name__
 
 
 def test_a_unix_socket_pair_is_allowed_because_every_event_loop_makes_one() -> None:
