@@ -9,7 +9,8 @@ from pathlib import Path
 
 from corral.engine.backoff import LogOnce
 from corral.engine.pauses import PoolPauses
-from corral.store import Store
+from corral.model import PoolStatus
+from corral.store import Store, pools
 
 START = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 
@@ -31,6 +32,15 @@ def pauses(tmp_path: Path, clocks: Clocks) -> PoolPauses:
     store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
     store.migrate()
     return PoolPauses(store, LogOnce(logging.getLogger("test")), clocks.monotonic, wall_clock=clocks.wall)
+
+
+async def status_rows(tmp_path: Path) -> dict[str, PoolStatus]:
+    """The pools' status rows, as a replica taking pools over reads them."""
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    try:
+        return await store.run(pools.statuses)
+    finally:
+        store.close()
 
 
 def test_a_runner_booting_before_the_cloud_failed_the_pool_does_not_end_its_backoff(tmp_path: Path) -> None:
@@ -77,3 +87,55 @@ def test_a_pool_pause_ends_only_for_a_runner_created_after_the_last_failure(tmp_
         return seen
 
     assert asyncio.run(scenario()) == [(False, 2), (True, 0)]
+
+
+def test_a_replica_taking_a_paused_pool_over_keeps_it_paused_for_exactly_what_was_left(tmp_path: Path) -> None:
+    """The old holder saw three failures (1, 2, then 4 s pauses) and wrote the last pause; 1.5 s into it a new
+    holder reads the status row: 2.5 s left, and its next failure doubles from three, to 8 s."""
+    clocks = Clocks()
+    old = pauses(tmp_path, clocks)
+
+    async def scenario() -> tuple[float, int, float, float]:
+        for at in (0.0, 1.0, 3.0):
+            clocks.elapsed = at
+            await old.failed("small")
+        clocks.elapsed = 4.5
+        new = pauses(tmp_path, clocks)
+        new.restore(await status_rows(tmp_path), taken=lambda pool: pool == "small")
+        remaining, failures = new.remaining_s("small"), new.failures("small")
+        clocks.elapsed = 7.0
+        return remaining, failures, new.remaining_s("small"), await new.failed("small")
+
+    assert asyncio.run(scenario()) == (2.5, 3, 0.0, 8.0)
+
+
+def test_a_cloud_backoff_survives_a_failover_and_a_runner_booting_before_it_ends_nothing(tmp_path: Path) -> None:
+    clocks = Clocks()
+    old = pauses(tmp_path, clocks)
+
+    async def scenario() -> tuple[float, int, float, int]:
+        booting = clocks.wall()
+        assert await old.cloud_failed("small", "east", at_least_s=600.0) == 600.0
+        clocks.elapsed = 100.0
+        new = pauses(tmp_path, clocks)
+        new.restore(await status_rows(tmp_path), taken=lambda pool: True)
+        await new.cloud_succeeded("small", "east", booting)  # the old holder's runner: says nothing
+        still = new.cloud_remaining_s("small", "east"), new.cloud_failures("small", "east")
+        clocks.elapsed = 101.0
+        await new.cloud_succeeded("small", "east", clocks.wall())
+        return *still, new.cloud_remaining_s("small", "east"), new.cloud_failures("small", "east")
+
+    assert asyncio.run(scenario()) == (500.0, 1, 0.0, 0)
+
+
+def test_a_pool_not_taken_keeps_no_backoff_here(tmp_path: Path) -> None:
+    clocks = Clocks()
+    old = pauses(tmp_path, clocks)
+
+    async def scenario() -> tuple[float, int]:
+        await old.failed("small")
+        new = pauses(tmp_path, clocks)
+        new.restore(await status_rows(tmp_path), taken=lambda pool: False)
+        return new.remaining_s("small"), new.failures("small")
+
+    assert asyncio.run(scenario()) == (0.0, 0)
