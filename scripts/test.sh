@@ -26,7 +26,7 @@ if [ "${1:-}" = "--unit" ]; then
   status=0
   .venv/bin/python -m pytest tests/unit -n 2 --no-cov -q "$@" | tee "$log" || status=$?
   passed=$(grep -Eo '[0-9]+ passed' "$log" | tail -1 || true)
-  echo "unit layer: ${passed:-0 passed} in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $start }") s (pytest included)"
+  echo "unit layer: ${passed:-0 passed} in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $start }") s (pytest start-up and collection included)"
   exit "$status"
 fi
 # Four workers on two cores: most tests wait on the sandbox's timers, not the CPU (`-n 0` runs in one process).
