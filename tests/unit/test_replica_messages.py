@@ -7,6 +7,7 @@ from collections import Counter
 
 from corral.engine.leases import HOUSEKEEPING, spread
 from corral.engine.messages import Answers
+from tests.unit import virtual_time
 
 REPLICAS = [f"host-{i}:8080" for i in range(3)]
 
@@ -43,7 +44,7 @@ def test_no_replicas_no_owners() -> None:
 
 
 def test_a_request_gets_the_answers_sent_for_its_key_and_stops_when_it_has_enough() -> None:
-    async def scenario() -> tuple[list[str], list[str]]:
+    async def scenario() -> tuple[list[str], list[str], float]:
         answers = Answers()
 
         def send() -> None:
@@ -53,9 +54,27 @@ def test_a_request_gets_the_answers_sent_for_its_key_and_stops_when_it_has_enoug
             loop.call_soon(answers.answer, "key", "b")
 
         got = await answers.collect("key", send, timeout_s=5, enough=lambda got: len(got) >= 2)
-        unanswered = await answers.collect("key", lambda: None, timeout_s=0.05, enough=bool)
-        return got, unanswered
+        asked = virtual_time.now()
+        unanswered = await answers.collect("key", lambda: None, timeout_s=5, enough=bool)
+        return got, unanswered, virtual_time.now() - asked
 
-    got, unanswered = asyncio.run(scenario())
+    got, unanswered, waited = virtual_time.run(scenario())
     assert got == ["a", "b"]
-    assert unanswered == [], "a request nobody answers returns what it has when its time is up"
+    assert (unanswered, waited) == ([], 5.0), "a request nobody answers returns what it has when its time is up"
+
+
+def test_a_request_nobody_takes_on_gives_up_after_first_within_s_and_one_taken_on_waits_out_its_timeout() -> None:
+    async def scenario() -> list[tuple[list[str], float]]:
+        answers = Answers()
+        seen = []
+
+        def answer_at_2_s() -> None:
+            asyncio.get_running_loop().call_later(2, answers.answer, "key", "a")
+
+        for send in (lambda: None, answer_at_2_s):
+            asked = virtual_time.now()
+            got = await answers.collect("key", send, timeout_s=30, enough=lambda got: len(got) >= 3, first_within_s=3)
+            seen.append((got, virtual_time.now() - asked))
+        return seen
+
+    assert virtual_time.run(scenario()) == [([], 3.0), (["a"], 30.0)]
