@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -32,6 +32,11 @@ from corral.policy import (
     retirement_order,
 )
 from corral.schedules import InForce
+
+ENDED_BY_GITHUB = {
+    Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
+    Reason.SCALE_SET_REPLACED: "its scale set is gone on GitHub: no job comes to it",
+}
 
 ROLLOUT_REASONS = frozenset({Reason.IMAGE_ROLLOUT, Reason.IMAGE_ROLLBACK, Reason.PLACEMENT_CHANGED})
 """Why a runner a rollout retired is deleting: such runners count against `rollout.max_surge`."""
@@ -81,7 +86,7 @@ class PoolContext:
     """The wall time idle runners' `idle_grace` is measured against."""
     runners: tuple[Runner, ...]
     states: Mapping[RunnerState, int]
-    """The pool's runners by state (a scale set's runners GitHub gave up on already counted as deleting)."""
+    """The pool's runners by state, as the judge left them."""
     busy: frozenset[str] = frozenset()
     """The runners the supervisor has an action under way for (being created or retired)."""
     ready: bool = True
@@ -101,6 +106,10 @@ class PoolContext:
     """The queued jobs held back (their runners went to other jobs too often)."""
     statistics: Statistics | None = None
     """A scale-set pool's statistics as its listener last heard them."""
+    ended: Mapping[str, Reason] = field(default_factory=dict)
+    """A scale-set pool's runners GitHub will hand no (more) job, by name, and why."""
+    replaced_at: datetime | None = None
+    """When the pool's scale set was replaced by another: its older runners get no job."""
     outranked: int = 0
     """Runners for queued jobs that pools of higher priority wait for quota for, in the pool's first cloud."""
     kept_images: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -140,7 +149,7 @@ class Retire:
 
     runner_id: str
     reason: Reason
-    message: str
+    message: str | None
 
 
 @dataclass(frozen=True)
@@ -169,12 +178,18 @@ class PoolPlan:
     desired: int
     queued_total: int
     held_jobs: int
+    states: Mapping[RunnerState, int]
+    """The pool's runners by state once the abandoned ones are retired (what the pass publishes)."""
     creating: bool
     """The pass starts runners for demand or warmth (False: the pool stops waiting for quota)."""
     creates: tuple[Create, ...] = ()
     unbound_demand: bool = False
     """The creates answer demand that names no job (a scale set's assigned jobs)."""
     retires: tuple[Retire, ...] = ()
+    abandoned: tuple[Retire, ...] = ()
+    """A scale set's idle runners GitHub will hand no job: retired before anything else."""
+    settled: tuple[str, ...] = ()
+    """The names of `PoolContext.ended` dealt with (retired, gone, or no longer idle): forgotten."""
     outdated: tuple[str, ...] = ()
     """The idle runners a rollout replaces, in the order surplus retires them."""
     rollout: RolloutPlan = RolloutPlan()
@@ -288,9 +303,52 @@ def surplus_retirements(
     return retires, (min(waiting) if waiting and len(ripe) < surplus else None)
 
 
+def abandoned_runners(ctx: PoolContext) -> tuple[list[Retire], list[str]]:
+    """A scale set's idle runners GitHub will hand no job, to retire, and the names in `ctx.ended` dealt with.
+
+    GitHub hands a scale set's job to one of its idle runners. One that never picks it up (a hung VM, a
+    runner that lost its network) stays registered and online, but GitHub ends that attempt (`JobCompleted`,
+    `canceled`, naming the runner), hands it nothing more and assigns the job again. The runners of a scale
+    set GitHub deleted are as useless once another replaces it. Counted idle, such a runner would stand in
+    for a waiting job forever. A runner that ran its job is done too (ephemeral); the judge usually sees
+    that first, and a name that is not idle by the time the pool looks is dropped, except while corral has
+    not yet seen the runner register."""
+    by_name = {runner.name: runner for runner in ctx.runners}
+    abandoned: list[Retire] = []
+    settled: list[str] = []
+    for runner_name, reason in ctx.ended.items():
+        runner = by_name.get(runner_name)
+        if runner is not None and runner.state in STARTING_STATES:
+            continue  # not seen registered yet: judged once it is
+        settled.append(runner_name)
+        if runner is not None and runner.state is RunnerState.IDLE and runner.id not in ctx.busy:
+            abandoned.append(Retire(runner.id, reason, ENDED_BY_GITHUB.get(reason)))
+    if ctx.replaced_at is not None:
+        taken = {retire.runner_id for retire in abandoned}
+        abandoned += [
+            Retire(runner.id, Reason.SCALE_SET_REPLACED, ENDED_BY_GITHUB[Reason.SCALE_SET_REPLACED])
+            for runner in ctx.runners
+            if runner.state is RunnerState.IDLE
+            and runner.created_at < ctx.replaced_at
+            and runner.id not in taken
+            and runner.id not in ctx.busy
+        ]
+    return abandoned, settled
+
+
 def plan_pool(ctx: PoolContext) -> PoolPlan:
     """Create what demand and `min_idle` want, retire idle runners above it, replace outdated ones."""
     pool = ctx.pool
+    abandoned: list[Retire] = []
+    settled: list[str] = []
+    if pool.intake == "scale_set":
+        abandoned, settled = abandoned_runners(ctx)
+    if abandoned:
+        # The rest of the pass sees the pool as it is once they are retiring: deleting, and being retired.
+        after = Counter(ctx.states)
+        after[RunnerState.IDLE] -= len(abandoned)
+        after[RunnerState.DELETING] += len(abandoned)
+        ctx = replace(ctx, states=after, busy=ctx.busy | {retire.runner_id for retire in abandoned})
     states: Counter[RunnerState] = Counter(ctx.states)
     if pool.intake == "scale_set":
         # GitHub, not corral, gives the scale set's jobs to its idle runners: the pool wants a free runner
@@ -377,10 +435,13 @@ def plan_pool(ctx: PoolContext) -> PoolPlan:
         desired=scale.desired,
         queued_total=queued_total,
         held_jobs=len(ctx.held),
+        states=states,
         creating=creating,
         creates=tuple(creates),
         unbound_demand=unbound_demand,
         retires=tuple(retires),
+        abandoned=tuple(abandoned),
+        settled=tuple(settled),
         outdated=tuple(runner.id for runner in outdated),
         rollout=rollout,
         requeue_after=requeue_after,

@@ -45,11 +45,6 @@ from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
 
-ENDED_BY_GITHUB = {
-    Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
-    Reason.SCALE_SET_REPLACED: "its scale set is gone on GitHub: no job comes to it",
-}
-
 
 class ScaleSetNews(Protocol):
     """What a scale-set pool's listener heard from GitHub (`engine.scalesets.ScaleSetIntake`)."""
@@ -166,9 +161,9 @@ class Scaler:
     async def _context(
         self, name: str, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
     ) -> PoolContext:
-        """What the pass decides from, read once: the store's queued jobs, the quota's and the rollouts'
-        readings, which runners the supervisor is busy with, the clock. A scale set's runners GitHub gave up
-        on are retired first (their names come once, from its listener), so the context counts them deleting."""
+        """What the pass decides from, read once: the store's queued jobs, or a scale set's statistics and
+        the runners GitHub gave up on; the quota's and the rollouts' readings; which runners the supervisor is
+        busy with; the clock."""
         config = self._config()
         pool = config.pools[name]
         ready, reason = self._readiness(name)
@@ -177,9 +172,12 @@ class Scaler:
         demand = Demand()
         queued_count = 0
         statistics: Statistics | None = None
+        ended: dict[str, Reason] = {}
+        replaced_at: datetime | None = None
         if pool.intake == "scale_set":
-            states = self._retire_abandoned(name, current, states)
             statistics = self._scale_sets.statistics(name)
+            ended = dict(self._scale_sets.ended_runners(name))
+            replaced_at = self._scale_sets.replaced_at(name)
         else:
             needed = jobs_needed(pool, current, states[RunnerState.BUSY], drained=drained)
             queued, demand, exhausted = await self._demand(name, needed, current)
@@ -204,6 +202,8 @@ class Scaler:
             wanted=tuple(demand.wanted),
             held=tuple(demand.held),
             statistics=statistics,
+            ended=ended,
+            replaced_at=replaced_at,
             outranked=self._quota_of(config.clouds_of(name)[0]).outranked(name, pool.priority),
             kept_images={key: frozenset(images) for key, images in kept.items()},
             rolling_back=any(rollout.rolled_back for rollout in self._rollouts.rollouts_of(name).values()),
@@ -217,6 +217,13 @@ class Scaler:
         then the rollout's replacements (sized by what was written), then retirements; publish the figures."""
         name, pool, current = ctx.name, ctx.pool, list(ctx.runners)
         clouds = ctx.config.clouds_of(name)
+        by_id = {runner.id: runner for runner in current}
+        ended = self._scale_sets.ended_runners(name)
+        for runner_name in plan.settled:  # dealt with (unless news came for it meanwhile)
+            if ended.get(runner_name) == ctx.ended[runner_name]:
+                del ended[runner_name]
+        for retire in plan.abandoned:
+            self.retire([by_id[retire.runner_id]], [RunnerState.IDLE], retire.reason, retire.message)
         if ctx.held:
             self.log_once.warning(
                 f"held:{name}",
@@ -251,13 +258,12 @@ class Scaler:
             quota_short = await self._replace(name, [*current, *started], replacements, plan.rollout.reason)
         elif not plan.outdated:
             self.log_once.clear(f"rollout:{name}")
-        by_id = {runner.id: runner for runner in current}
         for retire in plan.retires:
             self.retire([by_id[retire.runner_id]], [RunnerState.IDLE], retire.reason, retire.message)
         waiting_in = {cloud: self._quota_of(cloud).waiting(name) for cloud in dict.fromkeys(clouds)}
         snapshot = PoolSnapshot(
             name,
-            Counter(ctx.states),
+            Counter(plan.states),
             queued_jobs=plan.queued_total,
             held_jobs=plan.held_jobs,
             desired=plan.desired,
@@ -270,48 +276,6 @@ class Scaler:
         )
         await self.status.publish(snapshot, self._generation())
         await self._rollouts.save(self.store, name)
-
-    def _retire_abandoned(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> Counter[RunnerState]:
-        """Retire the scale set's runners GitHub will hand no job while corral still counts them idle; returns
-        the states as they will be, so this pass already replaces them.
-
-        GitHub hands a scale set's job to one of its idle runners. One that never picks it up (a hung VM, a
-        runner that lost its network) stays registered and online, but GitHub ends that attempt (`JobCompleted`,
-        `canceled`, naming the runner), hands it nothing more and assigns the job again. The runners of a scale
-        set GitHub deleted are as useless once another replaces it. Counted idle, such a runner would stand in
-        for a waiting job forever. A runner that ran its job is done too (ephemeral); the judge usually sees
-        that first, and a name that is not idle by the time the pool looks is dropped, except while corral has
-        not yet seen the runner register.
-        """
-        ended = self._scale_sets.ended_runners(name)
-        replaced_at = self._scale_sets.replaced_at(name)
-        by_name = {runner.name: runner for runner in current}
-        abandoned: list[tuple[Runner, Reason]] = []
-        for runner_name, reason in list(ended.items()):
-            runner = by_name.get(runner_name)
-            if runner is not None and runner.state in STARTING_STATES:
-                continue  # not seen registered yet: judged once it is
-            del ended[runner_name]
-            if runner is not None and runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id):
-                abandoned.append((runner, reason))
-        if replaced_at is not None:
-            taken = {runner.id for runner, _ in abandoned}
-            abandoned += [
-                (runner, Reason.SCALE_SET_REPLACED)
-                for runner in current
-                if runner.state is RunnerState.IDLE
-                and runner.created_at < replaced_at
-                and runner.id not in taken
-                and not self.supervisor.busy(runner.id)
-            ]
-        if not abandoned:
-            return states
-        for runner, reason in abandoned:
-            self.retire([runner], [RunnerState.IDLE], reason, ENDED_BY_GITHUB.get(reason))
-        after = Counter(states)
-        after[RunnerState.IDLE] -= len(abandoned)
-        after[RunnerState.DELETING] += len(abandoned)
-        return after
 
     async def _images_kept(self, name: str) -> dict[str, set[str]]:
         """Per placement of the pool (by key), the images its idle runners may keep: the one in service, and

@@ -12,6 +12,7 @@ import pytest
 
 from corral.config import CorralConfig, parse_config
 from corral.engine.planning import (
+    ENDED_BY_GITHUB,
     IMAGE_MESSAGE,
     PLACEMENT_MESSAGE,
     SURPLUS_MESSAGE,
@@ -334,6 +335,49 @@ def test_a_scale_set_wants_a_runner_per_assigned_job_not_yet_running() -> None:
 def test_a_scale_set_without_statistics_keeps_only_its_warm_runners() -> None:
     plan = plan_pool(context(cfg=config(intake="scale_set", min_idle=1)))
     assert (list(plan.creates), plan.queued_total, plan.unbound_demand) == (warm(1), 0, False)
+
+
+def scale_set(runners: list[Runner], **fields: Any) -> PoolContext:
+    return context(runners, cfg=config(intake="scale_set"), statistics=Statistics(assigned=2, running=1), **fields)
+
+
+def test_a_scale_set_runner_github_gave_up_on_is_retired_and_replaced_in_the_same_pass() -> None:
+    """GitHub handed a job to idle runner a, ended the attempt and assigned the job again: a is retired, and
+    the pass already starts a runner for the job (a no longer stands in for it)."""
+    plan = plan_pool(scale_set([runner("a"), runner("b", BUSY)], ended={"corral-a": Reason.ABANDONED_JOB}))
+    assert [(retire.runner_id, retire.reason, retire.message) for retire in plan.abandoned] == [
+        ("a", Reason.ABANDONED_JOB, ENDED_BY_GITHUB[Reason.ABANDONED_JOB])
+    ]
+    assert (plan.settled, list(plan.creates), plan.retires) == (("corral-a",), [Create(None, Reason.DEMAND, SCOPE)], ())
+    assert dict(plan.states) == {IDLE: 0, BUSY: 1, DELETING: 1}
+
+
+@pytest.mark.parametrize(
+    ("each", "busy", "settled"),
+    [
+        (runner("a", BOOTING), frozenset(), ()),  # not seen registered yet: judged once it is
+        (runner("a", BUSY), frozenset(), ("corral-a",)),  # it took a job after all
+        (runner("a"), frozenset({"a"}), ("corral-a",)),  # already being retired
+        (runner("z", DELETING), frozenset(), ("corral-a",)),  # gone from the pool
+    ],
+)
+def test_an_ended_runner_that_is_not_idle_is_not_retired_for_it(
+    each: Runner, busy: frozenset[str], settled: tuple[str, ...]
+) -> None:
+    plan = plan_pool(scale_set([each], ended={"corral-a": Reason.ABANDONED_JOB}, busy=busy))
+    assert (plan.abandoned, plan.settled) == ((), settled)
+
+
+def test_a_replaced_scale_sets_older_idle_runners_are_retired() -> None:
+    """The scale set was replaced 5 minutes ago: idle runners created before get no job, newer ones do."""
+    runners = [runner("old", idle_for=600.0), runner("new", idle_for=60.0), runner("busy", BUSY, idle_for=600.0)]
+    plan = plan_pool(scale_set(runners, replaced_at=NOW - timedelta(minutes=5)))
+    assert [(retire.runner_id, retire.reason) for retire in plan.abandoned] == [("old", Reason.SCALE_SET_REPLACED)]
+
+
+def test_a_webhook_pool_takes_no_notice_of_ended_runners() -> None:
+    plan = plan_pool(context([runner("a")], cfg=config(min_idle=1), ended={"corral-a": Reason.ABANDONED_JOB}))
+    assert (plan.abandoned, plan.settled, plan.retires) == ((), (), ())
 
 
 # --- max_runners_per_repo ---------------------------------------------------------------------------------
