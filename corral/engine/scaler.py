@@ -1,12 +1,12 @@
-"""Scaling a pool: how many runners its demand and `min_idle` want, and acting on the difference.
+"""Scaling a pool: gather what a pass decides from, plan it (`engine.planning`), and carry the plan out.
 
-`policy.judge_demand` and `policy.plan_scale` decide; this reads the queued jobs (no more of a backlog than
-could change the plan), or, for a scale-set pool, the scale set's statistics; writes the intents for as many
-new runners as the quota's headroom holds (`engine.quota`), in the first of the pool's placements with room
-(the rest spill over to the next), and hands them to the creator; and retires idle
-runners above what the pool wants once they have idled `idle_grace`, and a scale set's runners GitHub gave
-up on at once.
-"""
+The gathering is the I/O: the queued jobs (no more of a backlog than could change the plan) or, for a
+scale-set pool, the scale set's statistics; the quota's and the rollouts' readings; which runners the
+supervisor is busy with. `planning.plan_pool` decides from that snapshot alone. Carrying it out writes the
+intents for as many new runners as the quota's headroom holds (`engine.quota`), in the first of the pool's
+placements with room (the rest spill over to the next), hands them to the creator, starts a rollout's
+replacements, and retires the runners the plan names; a scale set's runners GitHub gave up on are retired
+while gathering, so the plan already counts them gone."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from string import Template
-from typing import Literal, Protocol
+from typing import Protocol
 
 from corral.clock import utcnow
 from corral.cloud.quota import ServerCost
@@ -23,41 +23,27 @@ from corral.config import CorralConfig, Placement
 from corral.engine.backoff import LogOnce
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
+from corral.engine.planning import (
+    Create,
+    PoolContext,
+    PoolPlan,
+    covered_jobs,
+    jobs_needed,
+    live_replacements,
+    plan_pool,
+)
 from corral.engine.quota import QuotaBudget, SharedRoom
 from corral.engine.rollouts import Rollouts
-from corral.engine.scalesets import jobs_awaiting_runners
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
 from corral.github.scaleset import Statistics
 from corral.metrics import CAPACITY_REFUSALS, QUOTA_DEFERRALS
-from corral.model import CAPACITY_STATES, FREE_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
-from corral.policy import (
-    Demand,
-    DemandTuning,
-    Outdated,
-    PoolCounts,
-    Replacement,
-    cap_per_repository,
-    plan_replacements,
-    plan_scale,
-    retirement_order,
-)
+from corral.model import CAPACITY_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
+from corral.policy import Demand, DemandTuning, Replacement, cap_per_repository
 from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
-
-ROLLOUT_REASONS = frozenset({Reason.IMAGE_ROLLOUT, Reason.IMAGE_ROLLBACK, Reason.PLACEMENT_CHANGED})
-
-ENDED_BY_GITHUB = {
-    Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
-    Reason.SCALE_SET_REPLACED: "its scale set is gone on GitHub: no job comes to it",
-}
-
-
-def covered_jobs(current: list[Runner]) -> set[int]:
-    """Jobs a runner started for them can still take (it is starting or idle)."""
-    return {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
 
 
 class ScaleSetNews(Protocol):
@@ -164,126 +150,125 @@ class Scaler:
         """Create what demand and `min_idle` want, retire idle runners above it; returns when to look again.
 
         `deleting_known`: `current` holds the runners being deleted (a pass after a new look does); a rollout
-        counts those it retired against `max_surge`, so it starts replacements only on such passes."""
-        pool = self._config().pools[name]
+        counts those it retired against `max_surge`, so it starts replacements only on such passes.
+
+        Gathers one `PoolContext`, asks `planning.plan_pool`, and carries the plan out."""
+        ctx = await self._context(name, current, states, deleting_known)
+        plan = plan_pool(ctx)
+        await self._execute(ctx, plan)
+        return plan.requeue_after
+
+    async def _context(
+        self, name: str, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
+    ) -> PoolContext:
+        """What the pass decides from, read once: the store's queued jobs, or a scale set's statistics and
+        the runners GitHub gave up on; the quota's and the rollouts' readings; which runners the supervisor is
+        busy with; the clock."""
+        config = self._config()
+        pool = config.pools[name]
         ready, reason = self._readiness(name)
         drained = name in self._drained()
-        # Jobs beyond these cannot change the plan (creates are capped by max_runners, and runners go to the
-        # oldest uncovered jobs): read no more of a backlog than that.
-        covering = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is not None)
-        needed = 0 if drained else max(pool.max_runners - states[RunnerState.BUSY], 0) + covering
         queued: list[QueuedJob] = []
         demand = Demand()
+        queued_count = 0
+        statistics: Statistics | None = None
+        ended: dict[str, Reason] = {}
+        replaced_at: datetime | None = None
         if pool.intake == "scale_set":
-            # GitHub, not corral, gives the scale set's jobs to its idle runners: the pool wants a free runner
-            # for each job assigned to the scale set and not yet running (`min_idle + assigned` in all).
-            states = self._retire_abandoned(name, current, states)
             statistics = self._scale_sets.statistics(name)
-            queued_total = jobs_awaiting_runners(statistics, states[RunnerState.BUSY])
-            waiting = queued_total
+            ended = dict(self._scale_sets.ended_runners(name))
+            replaced_at = self._scale_sets.replaced_at(name)
         else:
+            needed = jobs_needed(pool, current, states[RunnerState.BUSY], drained=drained)
             queued, demand, exhausted = await self._demand(name, needed, current)
-            queued_total = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
-            waiting = len(demand.wanted)
-        if demand.held:
+            queued_count = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
+        kept = await self._images_kept(name)
+        replacing = live_replacements(self._replacing.get(name, {}), current)
+        self._replacing[name] = replacing
+        return PoolContext(
+            name=name,
+            config=config,
+            now=self.clock(),
+            wall=utcnow(),
+            runners=tuple(current),
+            states=Counter(states),
+            busy=frozenset(runner.id for runner in current if self.supervisor.busy(runner.id)),
+            ready=ready,
+            reason=reason,
+            drained=drained,
+            deleting_known=deleting_known,
+            queued=tuple(queued),
+            queued_count=queued_count,
+            wanted=tuple(demand.wanted),
+            held=tuple(demand.held),
+            statistics=statistics,
+            ended=ended,
+            replaced_at=replaced_at,
+            outranked=self._quota_of(config.clouds_of(name)[0]).outranked(name, pool.priority),
+            kept_images={key: frozenset(images) for key, images in kept.items()},
+            rolling_back=any(rollout.rolled_back for rollout in self._rollouts.rollouts_of(name).values()),
+            replacing=dict(replacing),
+            usable_clouds=tuple(placement.cloud for placement in self._placements(name)),
+            paused_s=self.creator.paused_s(name),
+        )
+
+    async def _execute(self, ctx: PoolContext, plan: PoolPlan) -> None:
+        """Carry the plan out through the supervisor: creates for demand (placed where the quota has room),
+        then the rollout's replacements (sized by what was written), then retirements; publish the figures."""
+        name, pool, current = ctx.name, ctx.pool, list(ctx.runners)
+        clouds = ctx.config.clouds_of(name)
+        by_id = {runner.id: runner for runner in current}
+        ended = self._scale_sets.ended_runners(name)
+        for runner_name in plan.settled:  # dealt with (unless news came for it meanwhile)
+            if ended.get(runner_name) == ctx.ended[runner_name]:
+                del ended[runner_name]
+        for retire in plan.abandoned:
+            self.retire([by_id[retire.runner_id]], [RunnerState.IDLE], retire.reason, retire.message)
+        if ctx.held:
             self.log_once.warning(
                 f"held:{name}",
-                f"pool {name}: {len(demand.held)} queued job(s) held back: their runners went to other jobs "
-                f"{self._config().max_runners_per_job} times (max_runners_per_job); each gets another once GitHub "
+                f"pool {name}: {len(ctx.held)} queued job(s) held back: their runners went to other jobs "
+                f"{ctx.config.max_runners_per_job} times (max_runners_per_job); each gets another once GitHub "
                 "confirms it still queued",
             )
-        # A replacement booting for an outdated runner still idle is that runner's successor, not one more
-        # free runner: counted as free too, a job that takes it leaves the pool a runner short with no create.
-        state_of = {runner.id: runner.state for runner in current}
-        successors = sum(
-            1
-            for new, old in self._replacing.get(name, {}).items()
-            if state_of.get(new) in STARTING_STATES and state_of.get(old) is RunnerState.IDLE
-        )
-        counts = PoolCounts(
-            starting=sum(states[state] for state in STARTING_STATES) - successors,
-            idle=states[RunnerState.IDLE],
-            busy=states[RunnerState.BUSY],
-            queued_jobs=waiting,
-        )
-        # Pools of higher priority waiting for quota to serve queued jobs take this pool's warm runners' room.
-        clouds = self._config().clouds_of(name)
-        outranked = self._quota_of(clouds[0]).outranked(name, pool.priority)
-        warm = pool.min_idle_at(self.clock())
-        min_idle, max_runners = (0, 0) if drained else (max(warm.min_idle - outranked, 0), pool.max_runners)
-        plan = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
-        outdated = self._outdated(name, current, await self._images_kept(name))
-        # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
-        in_retirement = sum(1 for r in current if r.state is RunnerState.IDLE and self.supervisor.busy(r.id))
-        surplus_idle = max(plan.surplus_idle - in_retirement, 0)
-        if outdated:
-            # Replacements booting count as free in the plan; the runners they replace stay until they are
-            # online, so that a rollout never leaves the pool with fewer warm runners than it keeps.
-            settled_idle = counts.idle - in_retirement
-            surplus_idle = min(
-                surplus_idle, max(settled_idle - counts.queued_jobs - min_idle, counts.active - max_runners, 0)
-            )
-        requeue_after: float | None = None
         quota_short: list[str] = []
-        # The runner each surplus retirement takes first is the one whose replacement is online.
-        progress = retirement_order(self._replacement_progress(name, current, outdated))
-        by_id = {runner.id: runner for runner in current}
-        outdated = [by_id[entry.runner_id] for entry in progress]
-        retiring = min(surplus_idle, len(outdated)) if not drained else 0
         started: list[Runner] = []
-        if plan.create and ready:
-            unbound_demand = pool.intake == "scale_set" and waiting > 0
-            warm_free = sum(1 for runner in current if runner.state in FREE_STATES and runner.job_id is None)
-            quota_short, started = await self._start(
-                name,
-                current,
-                queued,
-                demand.wanted,
-                plan.create,
-                unbound_demand=unbound_demand,
-                warm=max(min_idle - warm_free, 0),
-            )
+        if plan.creating:
+            if plan.creates:
+                quota_short, started = await self._start(
+                    name, current, ctx.queued, plan.creates, unbound_demand=plan.unbound_demand
+                )
         else:
             for cloud in clouds:
                 self._quota_of(cloud).not_waiting(name)
-            if plan.create and self.creator.paused_s(name) > 0:
-                requeue_after = self.creator.paused_s(name)
         # Replacements come after this pass's creates for demand (which take the room first), and not while
         # the quota holds runners for jobs back: those are served first, and a replacement's claim would
         # forget that the pool waits for them.
-        rolling = ready and deleting_known and not quota_short
-        replacements = (
-            self._replacements(name, current, progress[retiring:], min_idle, retiring, len(started)) if rolling else []
-        )
-        if replacements:
-            why = self._why_replaced(name, outdated)
+        replacements = plan.replacements(len(started), quota_short=bool(quota_short))
+        if replacements and plan.rollout.reason is not None:
             what = (
                 "in a cloud that is no longer one of its placements"
-                if why is Reason.PLACEMENT_CHANGED
+                if plan.rollout.reason is Reason.PLACEMENT_CHANGED
                 else "on an image the pool no longer uses"
             )
             self.log_once.warning(
                 f"rollout:{name}",
                 f"pool {name}: replacing idle runners {what}, {pool.rollout.max_surge} at a time (rollout.max_surge)",
             )
-            quota_short = await self._replace(name, [*current, *started], replacements, why)
-        elif not outdated:
+            quota_short = await self._replace(name, [*current, *started], replacements, plan.rollout.reason)
+        elif not plan.outdated:
             self.log_once.clear(f"rollout:{name}")
-        if surplus_idle:
-            grace_left = self._retire_surplus(
-                name, current, surplus_idle, drained, at_once=outranked > 0, outdated=outdated
-            )
-            if grace_left is not None:
-                requeue_after = min(requeue_after or grace_left, grace_left)
+        for retire in plan.retires:
+            self.retire([by_id[retire.runner_id]], [RunnerState.IDLE], retire.reason, retire.message)
         waiting_in = {cloud: self._quota_of(cloud).waiting(name) for cloud in dict.fromkeys(clouds)}
         snapshot = PoolSnapshot(
             name,
-            states,
-            queued_jobs=queued_total,
-            held_jobs=len(demand.held),
+            Counter(plan.states),
+            queued_jobs=plan.queued_total,
+            held_jobs=plan.held_jobs,
             desired=plan.desired,
-            ready=ready,
-            reason=reason,
+            ready=ctx.ready,
+            reason=ctx.reason,
             quota_short=tuple(quota_short),
             server_cost=self._server_cost(name),
             quota_waiting=sum(waiting_in.values()),
@@ -291,53 +276,6 @@ class Scaler:
         )
         await self.status.publish(snapshot, self._generation())
         await self._rollouts.save(self.store, name)
-        if warm.next_change is not None:
-            # Look again when the schedule changes what the pool keeps warm, not a period later.
-            change_in = max((warm.next_change - self.clock()).total_seconds(), 0.1)
-            requeue_after = change_in if requeue_after is None else min(requeue_after, change_in)
-        return requeue_after
-
-    def _retire_abandoned(self, name: str, current: list[Runner], states: Counter[RunnerState]) -> Counter[RunnerState]:
-        """Retire the scale set's runners GitHub will hand no job while corral still counts them idle; returns
-        the states as they will be, so this pass already replaces them.
-
-        GitHub hands a scale set's job to one of its idle runners. One that never picks it up (a hung VM, a
-        runner that lost its network) stays registered and online, but GitHub ends that attempt (`JobCompleted`,
-        `canceled`, naming the runner), hands it nothing more and assigns the job again. The runners of a scale
-        set GitHub deleted are as useless once another replaces it. Counted idle, such a runner would stand in
-        for a waiting job forever. A runner that ran its job is done too (ephemeral); the judge usually sees
-        that first, and a name that is not idle by the time the pool looks is dropped, except while corral has
-        not yet seen the runner register.
-        """
-        ended = self._scale_sets.ended_runners(name)
-        replaced_at = self._scale_sets.replaced_at(name)
-        by_name = {runner.name: runner for runner in current}
-        abandoned: list[tuple[Runner, Reason]] = []
-        for runner_name, reason in list(ended.items()):
-            runner = by_name.get(runner_name)
-            if runner is not None and runner.state in STARTING_STATES:
-                continue  # not seen registered yet: judged once it is
-            del ended[runner_name]
-            if runner is not None and runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id):
-                abandoned.append((runner, reason))
-        if replaced_at is not None:
-            taken = {runner.id for runner, _ in abandoned}
-            abandoned += [
-                (runner, Reason.SCALE_SET_REPLACED)
-                for runner in current
-                if runner.state is RunnerState.IDLE
-                and runner.created_at < replaced_at
-                and runner.id not in taken
-                and not self.supervisor.busy(runner.id)
-            ]
-        if not abandoned:
-            return states
-        for runner, reason in abandoned:
-            self.retire([runner], [RunnerState.IDLE], reason, ENDED_BY_GITHUB.get(reason))
-        after = Counter(states)
-        after[RunnerState.IDLE] -= len(abandoned)
-        after[RunnerState.DELETING] += len(abandoned)
-        return after
 
     async def _images_kept(self, name: str) -> dict[str, set[str]]:
         """Per placement of the pool (by key), the images its idle runners may keep: the one in service, and
@@ -356,92 +294,6 @@ class Scaler:
             kept[key] = (images | {canary.to_image}) if canary is not None else images
         return kept
 
-    def _outdated(self, name: str, current: list[Runner], kept: dict[str, set[str]]) -> list[Runner]:
-        """The pool's idle runners to replace: those in a cloud that is no longer one of its placements (a
-        reload moved the pool, or removed the cloud), and those on an image their placement's runners may
-        not keep (`kept`, by placement key: a runner whose image is not recorded is left alone)."""
-        config = self._config()
-        outdated = []
-        for runner in current:
-            if runner.state is not RunnerState.IDLE or self.supervisor.busy(runner.id):
-                continue
-            if self._misplaced(name, runner):
-                outdated.append(runner)
-                continue
-            placement = config.placement_of(name, runner.cloud)
-            images = kept.get(placement.key(name)) if placement is not None else None
-            if images and runner.image_id is not None and runner.image_id not in images:
-                outdated.append(runner)
-        return outdated
-
-    def _misplaced(self, name: str, runner: Runner) -> bool:
-        """Whether the runner is in a cloud none of its pool's placements names any more."""
-        config = self._config()
-        return config.cloud_of(runner.cloud) not in config.clouds_of(name)
-
-    def _rolling_back(self, name: str) -> bool:
-        """Whether one of the pool's placements rolled back from a new image (its replacements then say so)."""
-        return any(rollout.rolled_back for rollout in self._rollouts.rollouts_of(name).values())
-
-    def _why_replaced(self, name: str, outdated: Sequence[Runner]) -> Reason:
-        """What replacing these runners is called: a placement change when it is only that, else the image's."""
-        if all(self._misplaced(name, runner) for runner in outdated):
-            return Reason.PLACEMENT_CHANGED
-        return Reason.IMAGE_ROLLBACK if self._rolling_back(name) else Reason.IMAGE_ROLLOUT
-
-    def _replacements(
-        self,
-        name: str,
-        current: list[Runner],
-        staying: list[Outdated],
-        min_idle: int,
-        retiring: int,
-        creating: int,
-    ) -> list[Replacement]:
-        """Which outdated idle runners get a replacement now, and where (`policy.plan_replacements`): no more
-        than `rollout.max_surge` in flight (runners booting for no job, replaced runners still being retired or
-        deleted, `retiring` of them this pass), within what `max_runners` leaves after `creating` for demand.
-        `staying`: the outdated runners this pass does not retire."""
-        pool = self._config().pools[name]
-        in_flight = retiring + sum(
-            1
-            for runner in current
-            if (runner.state in STARTING_STATES and runner.job_id is None)
-            or (runner.state is RunnerState.IDLE and self.supervisor.busy(runner.id))
-            or (runner.state is RunnerState.DELETING and runner.reason in ROLLOUT_REASONS)
-        )
-        room = pool.max_runners - sum(1 for runner in current if runner.state in CAPACITY_STATES)
-        usable = [placement.cloud for placement in self._placements(name)]
-        return plan_replacements(
-            staying,
-            max_surge=pool.rollout.max_surge,
-            in_flight=in_flight,
-            min_idle=min_idle,
-            room=room,
-            creating=creating,
-            usable=usable,
-        )
-
-    def _replacement_progress(self, name: str, current: list[Runner], outdated: list[Runner]) -> list[Outdated]:
-        """The outdated runners with how far the replacement this replica started for each got (forgotten once
-        it took a job or is gone: its runner then needs another)."""
-        config = self._config()
-        state = {runner.id: runner.state for runner in current}
-        outdated_ids = {runner.id for runner in outdated}
-        replacing = {
-            new: old
-            for new, old in self._replacing.get(name, {}).items()
-            if state.get(old) is RunnerState.IDLE
-            and (state.get(new) in STARTING_STATES or state.get(new) is RunnerState.IDLE)
-        }
-        self._replacing[name] = replacing
-        progress: dict[str, Literal["booting", "online"]] = {
-            old: "booting" if state[new] in STARTING_STATES else "online"
-            for new, old in replacing.items()
-            if old in outdated_ids
-        }
-        return [Outdated(runner.id, config.cloud_of(runner.cloud), progress.get(runner.id)) for runner in outdated]
-
     async def _replace(
         self, name: str, current: list[Runner], replacements: list[Replacement], why: Reason
     ) -> list[str]:
@@ -456,8 +308,8 @@ class Scaler:
         for cloud, replaced in by_cloud.items():
             # The first usable placement in that cloud: the pool's first there may be paused or failing its check.
             home = next((placement for placement in usable if placement.cloud == cloud), None)
-            count = len(replaced)
-            group_short, created = await self._start(name, current, [], [], count, warm=count, rollout=why, first=home)
+            creates = [Create(None, why, self._config().pools[name].scope.key)] * len(replaced)
+            group_short, created = await self._start(name, current, [], creates, first=home)
             short = short or group_short
             current = [*current, *created]
             self._replacing.setdefault(name, {}).update(zip((runner.id for runner in created), replaced, strict=False))
@@ -496,66 +348,38 @@ class Scaler:
         self,
         name: str,
         current: list[Runner],
-        queued: list[QueuedJob],
-        wanted: list[int],
-        count: int,
+        queued: Sequence[QueuedJob],
+        creates: Sequence[Create],
         *,
         unbound_demand: bool = False,
-        warm: int | None = None,
-        rollout: Reason | None = None,
         first: Placement | None = None,
     ) -> tuple[list[str], list[Runner]]:
-        """Write the intents for `count` new runners, each for the oldest uncovered job (or warm), and start
-        creating them. A job is covered while a runner started for it can still take it. `unbound_demand`: the
-        runners answer demand that names no job (a scale set's assigned jobs). No more are started than the
-        quota's headroom has room for; returns the resources that held some back (empty if none did), and the
-        runners written. `rollout`: they replace idle runners on an old image or in a cloud the pool left (the
-        reason to record). `first`: the placement tried before the pool's others (when usable).
-
-        With `max_runners_per_repo`, no more than `warm` runners are started for no job: each would register
-        at the pool's scope, where any repository's job (the capped one's oldest first) could take it."""
+        """Write the intents for the planned runners and start creating them. `unbound_demand`: the runners
+        answer demand that names no job (a scale set's assigned jobs). No more are started than the quota's
+        headroom has room for; returns the resources that held some back (empty if none did), and the runners
+        written. `first`: the placement tried before the pool's others (when usable)."""
         pool = self._config().pools[name]
-        covered = covered_jobs(current)
-        uncovered = [job_id for job_id in wanted if job_id not in covered][:count]
-        spare = count - len(uncovered)
-        if pool.max_runners_per_repo is not None and warm is not None:
-            spare = min(spare, warm)
-            count = len(uncovered) + spare
-            if not count:
-                return [], []
-        for_jobs: list[int | None] = [*uncovered, *[None] * spare]
-        job_runners = count if unbound_demand else sum(1 for job_id in for_jobs if job_id is not None)
+        count = len(creates)
+        job_runners = count if unbound_demand else sum(1 for create in creates if create.job_id is not None)
         groups, short = self._place(name, current, count, job_runners, first)
         self._note_quota(name, count - sum(len(group.claims) for group in groups), short)
-        repository = {job.id: job.repository for job in queued}
-
-        def scope(job_id: int | None) -> str:
-            # With a per-repository cap, a job's runner registers at its repository so no other can take it.
-            if pool.max_runners_per_repo is None or job_id is None or not repository.get(job_id):
-                return pool.scope.key
-            return f"repo:{repository[job_id]}"
-
-        def reason(job_id: int | None) -> Reason:
-            if rollout is not None:
-                return rollout
-            return Reason.DEMAND if job_id is not None or unbound_demand else Reason.WARM
-
         received = {job.id: job.received_at for job in queued}
         config, template = self._config(), self._template()
         written: list[Runner] = []
+        left = list(creates)
         for group in groups:
             # The oldest jobs first, then warm runners: the first placement with room takes the first of them.
-            taken, for_jobs = for_jobs[: len(group.claims)], for_jobs[len(group.claims) :]
+            taken, left = left[: len(group.claims)], left[len(group.claims) :]
             intents = [
                 NewRunner(
                     pool=name,
-                    scope=scope(job_id),
+                    scope=create.scope,
                     labels=tuple(pool.labels),
-                    reason=reason(job_id),
-                    job_id=job_id,
+                    reason=create.reason,
+                    job_id=create.job_id,
                     cloud=group.placement.cloud,
                 )
-                for job_id in taken
+                for create in taken
             ]
             created, group_short = await self._write(name, group, intents, unbound_demand)
             written += created
@@ -692,43 +516,6 @@ class Scaler:
             await create
         finally:
             budget.finished(runner.id)
-
-    def _retire_surplus(
-        self,
-        name: str,
-        current: list[Runner],
-        surplus: int,
-        drained: bool,
-        *,
-        at_once: bool = False,
-        outdated: Sequence[Runner] = (),
-    ) -> float | None:
-        """Retire the idle runners above what is wanted: those on an image (or in a cloud) the pool no longer
-        uses at once, then the oldest once they have idled `idle_grace` (`at_once`: a pool of higher priority
-        waits for their room); returns the seconds until the next one has (None if none waits)."""
-        if outdated and not drained:
-            retiring = list(outdated[:surplus])
-            misplaced = [runner for runner in retiring if self._misplaced(name, runner)]
-            image = Reason.IMAGE_ROLLBACK if self._rolling_back(name) else Reason.IMAGE_ROLLOUT
-            self.retire(
-                misplaced, [RunnerState.IDLE], Reason.PLACEMENT_CHANGED, "its cloud is no longer one of the pool's"
-            )
-            on_old_image = [runner for runner in retiring if runner not in misplaced]
-            self.retire(on_old_image, [RunnerState.IDLE], image, "its image is no longer the pool's")
-            surplus -= len(retiring)
-            current = [runner for runner in current if runner not in retiring]
-            if not surplus:
-                return None
-        grace = 0.0 if at_once else self._config().pools[name].idle_grace
-        now = utcnow()
-        idle = [
-            runner for runner in current if runner.state is RunnerState.IDLE and not self.supervisor.busy(runner.id)
-        ]
-        ripe = [runner for runner in idle if (now - runner.state_changed_at).total_seconds() >= grace]
-        reason = Reason.POOL_DRAINED if drained else Reason.SCALE_DOWN
-        self.retire(ripe[:surplus], [RunnerState.IDLE], reason, "idle above what the pool wants")
-        waiting = [grace - (now - runner.state_changed_at).total_seconds() for runner in idle if runner not in ripe]
-        return min(waiting) if waiting and len(ripe) < surplus else None
 
     def retire(self, candidates: list[Runner], states: list[RunnerState], reason: Reason, message: str | None) -> None:
         for runner in candidates:
