@@ -17,6 +17,7 @@ from corral.cloud.openstack import OpenStackProvider, connect
 from corral.cloud.provider import CloudError, CloudProvider
 from corral.config import CloudConfig, ConfigError, CorralConfig, load_config
 from corral.engine.coordinator import Engine
+from corral.engine.operator import Operator
 from corral.github.client import GitHubClient
 from corral.store import Intake, ServeLock, Store
 from corral.userdata import UserDataError, load_template
@@ -56,12 +57,14 @@ class Service:
             self.github,
             user_data_template=load_template(config.user_data_template),
             replica=self.replica,
+            reload_config=self.reload,
         )
+        self.operator = Operator(self.engine)
+        """What the API asks of the engine and does to it (and nothing else of it)."""
         self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
         self._reloading = asyncio.Lock()
-        self.engine.reload_config = self.reload
 
     @property
     def config(self) -> CorralConfig:
@@ -153,7 +156,7 @@ class Service:
             self.last_reload_problems = problems
             return problems
         try:
-            await self.engine.apply_config(config)
+            await self.operator.apply_config(config)
         except CloudError as exc:
             problems = [f"clouds: cannot connect a cloud this configuration adds ({exc}); keeping the running one"]
             self.last_reload_problems = problems

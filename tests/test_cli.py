@@ -188,7 +188,7 @@ def test_client_commands_talk_to_a_running_corral(
 
         def one_idle() -> bool:
             corral.settle()
-            views = corral.call(lambda: pool_views(corral.service.config, corral.service.engine))
+            views = corral.call(lambda: pool_views(corral.service.config, corral.service.operator))
             return views[0].idle == 1
 
         wait_until(one_idle, what="one idle runner")

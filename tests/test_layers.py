@@ -36,6 +36,8 @@ LEAKS: dict[tuple[str, str], set[str]] = {
     ("corral.doctor.scalesets", "corral.engine.scalesets"): {"doctor", "commands"},
     # the judge read a server's fault through the cloud layer (now `corral.policy.is_quota_fault`)
     ("corral.policy", "corral.cloud.provider"): {"pure"},
+    # the API's pool views took the whole `Engine` and read its parts (now `corral.engine.operator.Operator`)
+    ("corral.api.views", "corral.engine.coordinator"): {"api"},
     # leaks that never happened, and that these contracts keep out
     ("corral.engine.coordinator", "corral.api.app"): {"engine"},
     ("corral.service", "corral_sandbox"): {"sandbox"},
@@ -49,7 +51,7 @@ def test_every_contract_holds(capsys: pytest.CaptureFixture[str]) -> None:
     passed = lint_imports(config_filename=str(PYPROJECT), cache_dir=None, is_debug_mode=True, no_logo=True)
     report = capsys.readouterr().out
     assert passed, report
-    assert "Contracts: 8 kept, 0 broken." in report
+    assert "Contracts: 9 kept, 0 broken." in report
 
 
 @pytest.fixture(scope="module")

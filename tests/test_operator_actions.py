@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.engine.coordinator import DeleteOutcome
+from corral.engine.operator import DeleteOutcome
 from corral.model import Reason, RunnerState
 from corral_sandbox.local import pool_spec
 from tests.conftest import StartCorral
@@ -32,7 +32,7 @@ def test_an_operators_delete_waits_for_its_pools_worker(start_corral: StartCorra
     async def begin() -> tuple[asyncio.Task[None], asyncio.Task[DeleteOutcome]]:
         held = asyncio.create_task(engine.workers.call(POOL, hold_the_pool))
         await holding.wait()
-        return held, asyncio.create_task(engine.delete_runner(idle.id))
+        return held, asyncio.create_task(corral.service.operator.delete_runner(idle.id))
 
     held, deleting = corral.call(begin)
     # The delete reads the runner (a database call in a thread), then queues on the pool's worker, or, were it

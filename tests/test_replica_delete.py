@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.engine.coordinator import ANSWER_WAIT_S
+from corral.engine.replicas import ANSWER_WAIT_S
 from corral.model import RunnerState
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox

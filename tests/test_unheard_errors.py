@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from corral.clock import utcnow
-from corral.engine.coordinator import Engine
+from corral.engine.loops import start_loop
 from corral.engine.observe import Observation, Observer, observe
 from corral.metrics import REGISTRY
 from corral_sandbox.local import pool_spec
@@ -80,7 +80,7 @@ def test_an_engine_loop_that_ends_on_an_exception_is_logged_once_and_counted(cap
         raise RuntimeError("a bug in a loop")
 
     async def scenario() -> None:
-        await asyncio.gather(Engine._loop(broken(), "corral-broken"), return_exceptions=True)
+        await asyncio.gather(start_loop(broken(), "corral-broken"), return_exceptions=True)
 
     before = action_errors("loop")
     asyncio.run(scenario())

@@ -35,9 +35,7 @@ from corral.api.views import (
 from corral.api.webhook import build_webhook_router
 from corral.clock import utcnow
 from corral.config import POOL_NAME_PATTERN
-from corral.engine.coordinator import DeleteFailed, DeleteOutcome
-from corral.engine.timeline import job_story
-from corral.engine.workers import KeyStopped
+from corral.engine.operator import DeleteFailed, DeleteOutcome, KeyStopped
 from corral.github.webhooks import MAX_ID
 from corral.metrics import REGISTRY
 from corral.model import JobState, RunnerState
@@ -100,14 +98,15 @@ def build_app(service: Service) -> FastAPI:
         drained does not count against it, nor one another replica holds: it answers for that one). The body
         names each pool's readiness and why not."""
         pools = {}
-        holds = service.engine.leases.holds
+        operator = service.operator
         for name in service.config.pools:
-            pool_ready, reason = service.engine.pool_ready(name) if holds(name) else (True, "held by another replica")
+            held = operator.holds(name)
+            pool_ready, reason = operator.pool_ready(name) if held else (True, "held by another replica")
             pools[name] = {"ready": pool_ready, "reason": reason}
-        serving = [name for name in service.config.pools if name not in service.engine.drained and holds(name)]
-        ready = service.engine.passes > 0 and all(pools[name]["ready"] for name in serving)
+        serving = [name for name in service.config.pools if name not in operator.drained and operator.holds(name)]
+        ready = operator.passes > 0 and all(pools[name]["ready"] for name in serving)
         response.status_code = 200 if ready else 503
-        return {"ready": ready, "passes": service.engine.passes, "pools": pools}
+        return {"ready": ready, "passes": operator.passes, "pools": pools}
 
     read = [Depends(requires(service.store, "read"))]
     admin = [Depends(requires(service.store, "admin"))]
@@ -123,12 +122,12 @@ def build_app(service: Service) -> FastAPI:
     @app.get("/api/v1/replicas", tags=["replicas"], dependencies=read)
     async def replicas() -> list[ReplicaView]:
         """Every replica on this database with its last heartbeat, version and the pools it holds."""
-        rows, leases = await service.engine.membership()
+        rows, leases = await service.operator.membership()
         return replica_views(rows, leases, this=service.replica, lease_s=service.config.lease_time, now=utcnow())
 
     @app.get("/api/v1/pools", tags=["pools"], dependencies=read)
     async def pools() -> list[PoolView]:
-        return await pool_views(service.config, service.engine)
+        return await pool_views(service.config, service.operator)
 
     @app.get("/api/v1/runners", tags=["runners"], dependencies=read)
     async def runners(
@@ -157,7 +156,7 @@ def build_app(service: Service) -> FastAPI:
         return [JobView.of(job) for job in listed]
 
     async def story_or_404(job_id: int, *, scale_set: bool, what: str) -> JobStoryView:
-        story = await job_story(service.engine, job_id, scale_set=scale_set)
+        story = await service.operator.job_story(job_id, scale_set=scale_set)
         if story is None:
             raise HTTPException(status_code=404, detail=f"no {what} {job_id} is known to corral")
         return JobStoryView.of_story(story)
@@ -206,14 +205,14 @@ def build_app(service: Service) -> FastAPI:
         problems = await service.reload()
         if problems:
             response.status_code = 422
-            return ReloadResult(reloaded=False, generation=service.engine.generation, problems=problems)
+            return ReloadResult(reloaded=False, generation=service.operator.generation, problems=problems)
         # A file this replica refused is not asked of the others: it is most likely the same broken deploy.
-        others = await service.engine.ask_replicas_to_reload()
-        return ReloadResult(reloaded=True, generation=service.engine.generation, replicas=others)
+        others = await service.operator.ask_replicas_to_reload()
+        return ReloadResult(reloaded=True, generation=service.operator.generation, replicas=others)
 
     @app.post("/api/v1/reconcile", status_code=202, tags=["actions"], dependencies=admin)
     async def reconcile() -> dict[str, bool]:
-        service.engine.wake()
+        service.operator.look_again()
         return {"requested": True}
 
     @app.post("/api/v1/pools/{name}/drain", tags=["actions"], dependencies=admin)
@@ -227,13 +226,13 @@ def build_app(service: Service) -> FastAPI:
     async def set_drained(name: str, drained: bool) -> PoolView:
         if name not in service.config.pools:
             raise HTTPException(status_code=404, detail=f"no pool {name!r}")
-        await service.engine.set_drained(name, drained)
-        return next(view for view in await pool_views(service.config, service.engine) if view.name == name)
+        await service.operator.set_drained(name, drained)
+        return next(view for view in await pool_views(service.config, service.operator) if view.name == name)
 
     @app.delete("/api/v1/runners/{runner_id}", status_code=202, tags=["actions"], dependencies=admin)
     async def delete_runner(runner_id: RunnerId) -> dict[str, str]:
         try:
-            outcome = await service.engine.delete_runner(runner_id)
+            outcome = await service.operator.delete_runner(runner_id)
         except KeyStopped as exc:
             raise HTTPException(status_code=503, detail=f"{exc}; try again once it is serving") from None
         except DeleteFailed as exc:

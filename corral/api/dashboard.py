@@ -184,9 +184,9 @@ def build_dashboard_router(service: Service) -> APIRouter:
 
     @api.get("/summary")
     async def summary() -> Summary:
-        drained = service.engine.drained
-        latest = service.engine.observer.latest
-        views = await pool_views(service.config, service.engine)
+        drained = service.operator.drained
+        latest = service.operator.latest
+        views = await pool_views(service.config, service.operator)
         pools = [DashboardPool(**view.model_dump(), drained=view.name in drained) for view in views]
         counts = await service.store.run(runners.counts)
         live = Counter({state: 0 for state in LIVE_STATES})
@@ -199,9 +199,9 @@ def build_dashboard_router(service: Service) -> APIRouter:
             if job.started_at is not None and job.queued_at is not None
         ]
         return Summary(
-            generation=service.engine.generation,
+            generation=service.operator.generation,
             default_pool=service.config.default_pool,
-            reconcile_passes=service.engine.passes,
+            reconcile_passes=service.operator.passes,
             pools=pools,
             runners={state.value: live[state] for state in RunnerState if state in LIVE_STATES},
             jobs=await service.store.run(jobs.counts),

@@ -8,10 +8,7 @@ from pydantic import BaseModel
 
 from corral.cloud.quota import servers_that_fit
 from corral.config import CorralConfig
-from corral.engine.coordinator import Engine
-from corral.engine.rollouts import Rollout
-from corral.engine.scalesets import ScaleSetStatus, SessionState
-from corral.engine.timeline import JobStory
+from corral.engine.operator import JobStory, Operator, Rollout, ScaleSetStatus, SessionState
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
 from corral.schedules import InForce
@@ -102,11 +99,9 @@ class PoolView(BaseModel):
     """...and since when it failed with that error."""
 
 
-def rollout_views(config: CorralConfig, engine: Engine, name: str) -> dict[str, RolloutView]:
+def rollout_views(config: CorralConfig, operator: Operator, name: str) -> dict[str, RolloutView]:
     """The rollouts of a pool this replica holds, by placement key."""
-    if not engine.leases.holds(name):
-        return {}
-    return {key: rollout_view(config, name, rollout) for key, rollout in engine.rollouts.rollouts_of(name).items()}
+    return {key: rollout_view(config, name, rollout) for key, rollout in operator.rollouts_of(name).items()}
 
 
 def rollout_view(config: CorralConfig, name: str, rollout: Rollout) -> RolloutView:
@@ -123,18 +118,18 @@ def rollout_view(config: CorralConfig, name: str, rollout: Rollout) -> RolloutVi
     )
 
 
-async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
+async def pool_views(config: CorralConfig, operator: Operator) -> list[PoolView]:
     """Per pool (including removed pools still draining), as each pool's last pass left it: from this
     replica's memory for the pools it holds, from the database for those another replica holds."""
-    held_by = await engine.holders()
-    names = sorted(set(config.pools) | engine.workers.keys)
-    remote = await engine.remote_snapshots(name for name in names if not engine.leases.holds(name))
+    held_by = await operator.holders()
+    names = operator.pool_names()
+    remote = await operator.remote_snapshots(name for name in names if not operator.holds(name))
     views = []
     for name in names:
         pool = config.pools.get(name)
-        snapshot = remote.get(name) or engine.snapshot(name)
+        snapshot = remote.get(name) or operator.snapshot(name)
         states = snapshot.states
-        warm = pool.min_idle_at(engine.scaler.clock()) if pool else InForce(0)
+        warm = pool.min_idle_at(operator.schedule_now()) if pool else InForce(0)
         min_idle, max_runners = (warm.min_idle, pool.max_runners) if pool else (0, 0)
         starting = states[RunnerState.PENDING] + states[RunnerState.CREATING] + states[RunnerState.BOOTING]
         counts = PoolCounts(
@@ -151,15 +146,15 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 scale_set_id = snapshot.scale_set_id
                 session = (SessionState.LISTENING if snapshot.session_open else SessionState.STARTING).value
         else:
-            ready, reason = engine.pool_ready(name) if pool else (False, "removed from the configuration")
-            scale_set = engine.scalesets.status(name)
+            ready, reason = operator.pool_ready(name) if pool else (False, "removed from the configuration")
+            scale_set = operator.scale_set_status(name)
             if scale_set is not None:
                 scale_set_id, session = scale_set.scale_set_id, scale_set.state.value
                 job_messages, recoveries = scale_set.job_messages, scale_set.recoveries
-        cost = engine.checker.cost(name)
-        headroom = engine.observer.latest.headroom if engine.observer.latest is not None else None
+        cost = operator.server_cost(name)
+        headroom = operator.headroom
         quota_fits, limited_by = servers_that_fit(headroom, cost) if headroom and cost else (None, [])
-        rollouts = rollout_views(config, engine, name)
+        rollouts = rollout_views(config, operator, name)
         views.append(
             PoolView(
                 name=name,
@@ -167,7 +162,7 @@ async def pool_views(config: CorralConfig, engine: Engine) -> list[PoolView]:
                 removed=pool is None,
                 ready=ready,
                 reason=reason,
-                applied_generation=engine.generation if name in engine.status.snapshots else 0,
+                applied_generation=operator.applied_generation(name),
                 desired=plan_scale(counts, min_idle=min_idle, max_runners=max_runners).desired,
                 min_idle=min_idle,
                 min_idle_next_change=warm.next_change,
