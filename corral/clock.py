@@ -70,12 +70,16 @@ class LoopClock:
         return self.start + timedelta(seconds=self.monotonic() - self.origin)
 
     def monotonic(self) -> float:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop.time()
+        return self._bind().time()
 
     async def sleep(self, seconds: float) -> None:
+        self._bind()
         await asyncio.sleep(seconds)
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
 
 class _Readings:
