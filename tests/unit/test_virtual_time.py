@@ -19,6 +19,7 @@ from corral.engine.backoff import Backoff, LogOnce
 from corral.engine.leases import LeaseKeeper
 from corral.engine.pauses import PoolPauses
 from corral.engine.scalesets import ScaleSetListener, SessionState
+from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.workers import KeyedWorkers
 from corral.github.client import GitHubClient
@@ -364,3 +365,22 @@ def test_a_pause_restored_by_a_new_holder_ends_when_the_row_said(store: Store) -
         return clock.monotonic(), taker.remaining_s("small"), taker.failures("small")
 
     assert virtual(main) == (21.0, 10.0, 5)
+
+
+# -- StatusPublisher ------------------------------------------------------------------------------------------
+
+
+def test_a_pool_waiting_for_quota_says_so_again_every_100s_stamped_by_the_clock(store: Store) -> None:
+    async def main(clock: LoopClock) -> list[datetime | None]:
+        publisher = StatusPublisher(store, clock)
+        stamps: list[datetime | None] = []
+        while clock.monotonic() <= 300:  # a pass every 30 s for five minutes, the pool waiting throughout
+            await publisher.publish(PoolSnapshot("small", quota_waiting=3), generation=1)
+            stamp = (await store.run(pools.statuses))["small"].quota_waiting_at
+            if stamp not in stamps:
+                stamps.append(stamp)
+            await clock.sleep(30)
+        return stamps
+
+    # Renewed at the first pass more than QUOTA_RENEWAL_S (100 s) after the last: 120 s, then 240 s.
+    assert virtual(main) == [START, START + timedelta(seconds=120), START + timedelta(seconds=240)]
