@@ -16,14 +16,13 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 
 from prometheus_client import Counter
 
 from corral import secrets
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock, as_clock
 from corral.metrics import DEPENDENCY_OUTAGES, DEPENDENCY_UP
 
 logger = logging.getLogger("corral.outages")
@@ -71,14 +70,18 @@ class DependencyHealth:
         dependency: str,
         meanwhile: str,
         *,
-        clock: Callable[[], datetime] = utcnow,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock | Callable[[], datetime] = SYSTEM_CLOCK,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
-        """`meanwhile` completes "meanwhile corral ...": what it does until the dependency is back."""
+        """`meanwhile` completes "meanwhile corral ...": what it does until the dependency is back. `clock`: a
+        Clock, or (as callers pinned the two apart) a wall-time function with `monotonic` beside it."""
         self.dependency = dependency
         self.meanwhile = meanwhile
-        self.monotonic = monotonic
-        self._clock = clock
+        if isinstance(clock, Clock):
+            self._clock = as_clock(monotonic, wall=clock.now) if monotonic is not None else clock
+        else:
+            self._clock = as_clock(monotonic or SYSTEM_CLOCK, wall=clock)
+        self.monotonic = self._clock.monotonic
         self._lock = threading.Lock()
         self.down_since: datetime | None = None
         """When the outage under way began (None: reachable, as far as corral knows)."""
@@ -99,7 +102,7 @@ class DependencyHealth:
                 return
             if self._succeeded_at is not None and began_at < self._succeeded_at:
                 return
-            since = self.down_since = self._clock()
+            since = self.down_since = self._clock.now()
             self._down_at = self.monotonic()
             DEPENDENCY_UP.labels(self.dependency).set(0)  # under the lock: an end racing this one sets it last
         DEPENDENCY_OUTAGES.labels(self.dependency).inc()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from corral.clock import SYSTEM_CLOCK, Clock, ClockLike, as_clock
 
 
 @dataclass
@@ -14,9 +14,13 @@ class Backoff:
 
     base_s: float = 1.0
     cap_s: float = 60.0
-    clock: Callable[[], float] = time.monotonic
+    clock: ClockLike = SYSTEM_CLOCK
     failures: int = 0
     until: float = 0.0
+    _clock: Clock = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._clock = as_clock(self.clock)
 
     def failed(self, at_least_s: float = 0.0) -> float:
         """Record a failure; returns the seconds to wait before trying again.
@@ -25,7 +29,7 @@ class Backoff:
         attempts started before the wait began (eight parallel creates failing together are one failure of
         the cloud, not eight), and counting each would jump to the cap at once.
         """
-        now = self.clock()
+        now = self._clock.monotonic()
         if now < self.until:
             self.until = max(self.until, now + at_least_s)
             return self.until - now
@@ -40,11 +44,11 @@ class Backoff:
 
     @property
     def waiting(self) -> bool:
-        return self.clock() < self.until
+        return self._clock.monotonic() < self.until
 
     @property
     def remaining_s(self) -> float:
-        return max(self.until - self.clock(), 0.0)
+        return max(self.until - self._clock.monotonic(), 0.0)
 
 
 @dataclass
@@ -53,11 +57,15 @@ class LogOnce:
 
     logger: logging.Logger
     interval_s: float = 60.0
-    clock: Callable[[], float] = time.monotonic
+    clock: ClockLike = SYSTEM_CLOCK
     _last: dict[str, tuple[str, float, int]] = field(default_factory=dict)
+    _clock: Clock = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._clock = as_clock(self.clock)
 
     def warning(self, key: str, message: str) -> None:
-        now = self.clock()
+        now = self._clock.monotonic()
         previous = self._last.get(key)
         if previous is not None and previous[0] == message and now - previous[1] < self.interval_s:
             self._last[key] = (message, previous[1], previous[2] + 1)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import replace
 
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import DEFAULT_CLOUD, CloudError, CloudServer
 from corral.config import ScopeConfig
@@ -41,8 +41,11 @@ class Cleaner:
         executor: Executor,
         log_once: LogOnce,
         cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`cloud_of`: the cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`)."""
+        """`cloud_of`: the cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`). `clock`
+        times the cloud's delete calls."""
+        self._clock = clock
         self._mover = mover
         self._clouds = clouds
         self._cloud_of_recorded = cloud_of
@@ -98,7 +101,7 @@ class Cleaner:
         return self._cloud_of_recorded(runner.cloud)
 
     async def delete_server(self, server_id: str, cloud: str) -> bool:
-        started = time.perf_counter()
+        started = self._clock.monotonic()
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._clouds.delete_server, server_id, cloud
@@ -110,7 +113,7 @@ class Cleaner:
             )
             return False
         finally:
-            CLOUD_CALL_SECONDS.labels("delete_server").observe(time.perf_counter() - started)
+            CLOUD_CALL_SECONDS.labels("delete_server").observe(self._clock.monotonic() - started)
         CLOUD_CALLS.labels("delete_server", "ok").inc()
         return True
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.config import CorralConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.supervisor import ActionKind
@@ -38,13 +36,11 @@ GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN
 
 
 class JobTracker:
-    def __init__(
-        self, store: Store, github: GitHubClient, log_once: LogOnce, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, store: Store, github: GitHubClient, log_once: LogOnce, clock: ClockLike = SYSTEM_CLOCK) -> None:
         self.store = store
         self.github = github
         self.log_once = log_once
-        self.clock = clock
+        self.clock = as_clock(clock)
         self._next_scan = 0.0
         self._last_delivery_scan: datetime | None = None
 
@@ -61,7 +57,7 @@ class JobTracker:
     async def verify_stale(self, config: CorralConfig) -> set[str]:
         """Ask GitHub about old queued jobs, and about running jobs whose runner is gone; returns the pools
         whose demand changed (or was confirmed)."""
-        now = utcnow()
+        now = self.clock.now()
         # A confirmation is good for as long as a fresh job goes unconfirmed.
         stale = timedelta(seconds=config.stale_job_check)
         jobs = await self.store.run(
@@ -102,7 +98,11 @@ class JobTracker:
                     self.log_once.warning("jobs:verify", f"cannot ask GitHub about job {job.id}: {exc}")
                     if exc.status == 404:
                         await self.store.run(
-                            store_jobs.checked, job.id, status=JobState.COMPLETED, conclusion="not_found"
+                            store_jobs.checked,
+                            job.id,
+                            status=JobState.COMPLETED,
+                            conclusion="not_found",
+                            now=self.clock.now(),
                         )
                     return None
             state = GITHUB_JOB_STATES.get(status.status, JobState.QUEUED)
@@ -113,6 +113,7 @@ class JobTracker:
                 conclusion=status.conclusion,
                 runner_name=status.runner_name,
                 completed_at=status.completed_at,
+                now=self.clock.now(),
             )
             if state is job.status:
                 # A queued job just confirmed counts as demand again: its pool should look.
@@ -127,16 +128,16 @@ class JobTracker:
         token, list the queued runs of the repositories corral serves. Both, because GitHub may also never
         attempt a delivery at all (an outage on its side, a hook briefly misconfigured): such a job leaves no
         failed delivery to redeliver, and only a look at the queued runs finds it."""
-        if self.clock() < self._next_scan:
+        if self.clock.monotonic() < self._next_scan:
             return set()
-        self._next_scan = self.clock() + config.missed_job_scan
+        self._next_scan = self.clock.monotonic() + config.missed_job_scan
         if config.github.uses_app:
             await self._redeliver_failed()
         return await self._poll_queued(config)
 
     async def _redeliver_failed(self) -> None:
         # Look back an hour the first time, then only a little before the previous scan.
-        now = utcnow()
+        now = self.clock.now()
         since = now - REDELIVERY_WINDOW
         if self._last_delivery_scan is not None:
             since = max(since, self._last_delivery_scan - REDELIVERY_OVERLAP)
@@ -159,13 +160,13 @@ class JobTracker:
                 continue
             # A redelivery can fail too; the next scan sees the guid still unsuccessful and asks again, up to
             # MAX_REDELIVERIES times, counted in the database so a replica taking over counts on.
-            await self.store.run(redeliveries.asked, delivery.guid)
+            await self.store.run(redeliveries.asked, delivery.guid, now=self.clock.now())
             JOBS_RECOVERED.labels("redelivery").inc()
             logger.info("asked GitHub to redeliver failed webhook %s", delivery.guid)
 
     async def _poll_queued(self, config: CorralConfig) -> set[str]:
         repositories = {pool.scope.repo: pool.scope for pool in config.pools.values() if pool.scope.repo}
-        recent = await self.store.run(store_jobs.recent_repositories, since=utcnow() - timedelta(days=1))
+        recent = await self.store.run(store_jobs.recent_repositories, since=self.clock.now() - timedelta(days=1))
         for repository in recent:
             repositories.setdefault(repository, self.scope_for(config, None, repository))
         changed: set[str] = set()
@@ -173,7 +174,7 @@ class JobTracker:
             if repository is None:
                 continue
             try:
-                created_before = utcnow() - timedelta(seconds=config.missed_job_scan)
+                created_before = self.clock.now() - timedelta(seconds=config.missed_job_scan)
                 queued = await self.github.queued_jobs(scope, repository, created_before=created_before)
             except GitHubError as exc:
                 self.log_once.warning(f"jobs:poll:{repository}", f"cannot list queued jobs of {repository}: {exc}")

@@ -18,12 +18,11 @@ import hashlib
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from corral import __version__
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.engine.backoff import LogOnce
 from corral.metrics import LEASE_ACQUISITIONS, LEASE_FAILOVER_SECONDS, LEASE_LOSSES, POOLS_HELD
 from corral.store import Store, leases
@@ -74,7 +73,7 @@ class LeaseKeeper:
         lease_s: float,
         busy: Callable[[str], bool],
         log_once: LogOnce,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
         self.replica = replica
@@ -85,7 +84,7 @@ class LeaseKeeper:
         """The pools this replica would act for (configured, or with runners left), set by the engine."""
         self._busy = busy
         self._log_once = log_once
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._free_since: dict[str, float] = {}
         self._beaten = False
 
@@ -156,7 +155,7 @@ class LeaseKeeper:
             gained.add(pool)
             LEASE_ACQUISITIONS.labels(pool).inc()
             if expired_at is not None:
-                LEASE_FAILOVER_SECONDS.observe(max((utcnow() - expired_at).total_seconds(), 0.0))
+                LEASE_FAILOVER_SECONDS.observe(max((self._clock.now() - expired_at).total_seconds(), 0.0))
             logger.info("pool %s: lease acquired (fence %d)", pool, fence.number)
         handed = {
             pool
@@ -174,8 +173,8 @@ class LeaseKeeper:
     def _unclaimed_too_long(self, pool: str) -> bool:
         """A free pool its rendezvous owner has not taken within a lease time (it may not configure that pool,
         say in the middle of a rolling config change): any replica that wants it takes it then."""
-        since = self._free_since.setdefault(pool, self._clock())
-        return self._clock() - since > self.lease_s
+        since = self._free_since.setdefault(pool, self._clock.monotonic())
+        return self._clock.monotonic() - since > self.lease_s
 
     def _forget(self, pools: set[str]) -> set[str]:
         for pool in pools:

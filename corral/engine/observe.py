@@ -12,14 +12,13 @@ import asyncio
 import functools
 import logging
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import CloudError, CloudServer, CloudTransientError
 from corral.cloud.quota import Headroom
@@ -81,13 +80,15 @@ def github_unreachable(exc: GitHubError) -> bool:
 class Outages:
     """The clouds' and GitHub's health, kept from one look to the next (the database's is the store's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock` stamps outages' beginnings and times them; `observe` must read the same one (`began_at`)."""
+        self.clock = clock
         self._clouds: dict[str, DependencyHealth] = {}
-        self.github = DependencyHealth("github", GITHUB_MEANWHILE)
+        self.github = DependencyHealth("github", GITHUB_MEANWHILE, clock=clock)
 
     def cloud(self, name: str) -> DependencyHealth:
         if name not in self._clouds:
-            self._clouds[name] = DependencyHealth(f"cloud:{name}", CLOUD_MEANWHILE)
+            self._clouds[name] = DependencyHealth(f"cloud:{name}", CLOUD_MEANWHILE, clock=self.clock)
         return self._clouds[name]
 
 
@@ -101,13 +102,16 @@ async def observe(
     executor: Executor | None = None,
     volumes: bool = False,
     outages: Outages | None = None,
+    clock: Clock | None = None,
 ) -> Observation:
     """List both sides at once: each cloud in a worker thread, GitHub's scopes concurrently; and read each
     project's headroom (one call to Nova, one to Cinder when a pool has `volumes`). A cloud that cannot be
     listed is left out of `listed`: absence proves nothing about its runners, while the others are judged.
-    `outages` is told whether each cloud and GitHub answered (each look is their probe)."""
-    started_at = utcnow()
-    began_at = time.monotonic()
+    `outages` is told whether each cloud and GitHub answered (each look is their probe). `clock` (by default
+    the outages' own, else the system's) stamps the look's start."""
+    clock = clock or (outages.clock if outages is not None else SYSTEM_CLOCK)
+    started_at = clock.now()
+    began_at = clock.monotonic()
 
     several = len(clouds.names) > 1
 
@@ -225,7 +229,9 @@ class Observer:
         look: Callable[[int], Awaitable[Observation]],
         on_observed: Callable[[Observation], Awaitable[None]],
         interval: Callable[[], float],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self._look = look
         self._on_observed = on_observed
         self._interval = interval
@@ -253,7 +259,7 @@ class Observer:
         while not stop.is_set():
             self._asked.clear()
             self._begun += 1
-            started = time.perf_counter()
+            started = self._clock.monotonic()
             try:
                 observation = await self._look(self.generation + 1)
             except Exception:
@@ -262,7 +268,7 @@ class Observer:
             if observation is not None:
                 self.generation = observation.generation
                 self.latest = observation
-                OBSERVE_SECONDS.observe(time.perf_counter() - started)
+                OBSERVE_SECONDS.observe(self._clock.monotonic() - started)
                 try:
                     await self._on_observed(observation)
                 except Exception:

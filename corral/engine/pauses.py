@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.engine.backoff import Backoff, LogOnce
 from corral.model import PoolStatus
 from corral.store import Store, pools
@@ -32,13 +32,13 @@ class PoolPauses:
         self,
         store: Store,
         log_once: LogOnce,
-        clock: Callable[[], float],
-        wall_clock: Callable[[], datetime] = utcnow,
+        clock: ClockLike = SYSTEM_CLOCK,
+        wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
+        """`wall_clock`, when given, stands in for the clock's `now` (callers that pin the two apart)."""
         self._store = store
         self._log_once = log_once
-        self._clock = clock
-        self._wall_clock = wall_clock
+        self._clock = as_clock(clock, wall_clock)
         self._last_failed: dict[tuple[str, str | None], datetime] = {}
         """When each backoff (a pool's: cloud None; or a pool's in a cloud) last heard of a failure, by the
         clock runners' `created_at` is read with: only a runner created since can end it."""
@@ -57,7 +57,7 @@ class PoolPauses:
     async def failed(self, pool: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed: the seconds until the next one."""
         backoff = self._backoffs.setdefault(pool, Backoff(clock=self._clock))
-        self._last_failed[(pool, None)] = self._wall_clock()
+        self._last_failed[(pool, None)] = self._clock.now()
         wait, changed = _failed(backoff, at_least_s)
         if changed:
             await self._write(pool, backoff)
@@ -84,7 +84,7 @@ class PoolPauses:
     async def cloud_failed(self, pool: str, cloud: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed in `cloud`: the seconds until the next one there."""
         backoff = self._cloud_backoffs.setdefault(pool, {}).setdefault(cloud, Backoff(clock=self._clock))
-        self._last_failed[(pool, cloud)] = self._wall_clock()
+        self._last_failed[(pool, cloud)] = self._clock.now()
         wait, changed = _failed(backoff, at_least_s)
         if changed:
             await self._write_clouds(pool)
@@ -109,7 +109,7 @@ class PoolPauses:
     def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
         """Take the backoffs of the pools this replica has just taken from their status rows (which are the
         truth: another replica may have held the pool since this one last did)."""
-        now = self._wall_clock()
+        now = self._clock.now()
         for name, status in statuses.items():
             if not taken(name):
                 continue
@@ -122,7 +122,7 @@ class PoolPauses:
                 continue
             backoff = self._backoffs.setdefault(name, Backoff(clock=self._clock))
             backoff.failures = status.create_failures
-            backoff.until = self._clock() + max(remaining, 0.0)
+            backoff.until = self._clock.monotonic() + max(remaining, 0.0)
             if remaining > 0:
                 logger.info(
                     "pool %s: creates stay paused %.0fs more (%d failures in a row before)",
@@ -133,7 +133,7 @@ class PoolPauses:
 
     def _restore_clouds(self, pool: str, saved: Mapping[str, object]) -> None:
         """The pool's per-cloud backoffs as its status row has them (`_write_clouds`)."""
-        now = self._wall_clock()
+        now = self._clock.now()
         backoffs: dict[str, Backoff] = {}
         for cloud, fields in saved.items():
             if not isinstance(fields, dict):
@@ -145,7 +145,9 @@ class PoolPauses:
             except (KeyError, TypeError, ValueError):
                 continue
             if failures:
-                backoffs[cloud] = Backoff(clock=self._clock, failures=failures, until=self._clock() + max(remaining, 0))
+                backoffs[cloud] = Backoff(
+                    clock=self._clock, failures=failures, until=self._clock.monotonic() + max(remaining, 0)
+                )
                 self._last_failed[(pool, cloud)] = now
         if backoffs:
             self._cloud_backoffs[pool] = backoffs
@@ -163,18 +165,18 @@ class PoolPauses:
             if backoff.failures
         }
         try:
-            await self._store.run(pools.set_cloud_backoffs, pool, saved)
+            await self._store.run(pools.set_cloud_backoffs, pool, saved, now=self._clock.now())
         except Exception as exc:  # the backoffs in memory hold; their next change writes again
             self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its clouds' backoffs: {exc}")
 
     def _paused_until(self, backoff: Backoff) -> datetime | None:
         """When the backoff's wait ends, by the wall clock the status row keeps (None: not waiting)."""
-        return self._wall_clock() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None
+        return self._clock.now() + timedelta(seconds=backoff.remaining_s) if backoff.waiting else None
 
     async def _write(self, pool: str, backoff: Backoff) -> None:
         paused_until = self._paused_until(backoff)
         try:
-            await self._store.run(pools.set_create_backoff, pool, backoff.failures, paused_until)
+            await self._store.run(pools.set_create_backoff, pool, backoff.failures, paused_until, now=self._clock.now())
         except Exception as exc:  # the pause in memory holds; its next change writes again
             self._log_once.warning(f"pause:{pool}", f"pool {pool}: cannot record its create backoff: {exc}")
 

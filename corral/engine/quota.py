@@ -21,13 +21,13 @@ before (`quota_retry`).
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.cloud.quota import Headroom, ServerCost, servers_that_fit
 from corral.store import quota as shared
 
@@ -61,8 +61,8 @@ class _Reservation:
 
 
 class QuotaBudget:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self, clock: ClockLike = SYSTEM_CLOCK) -> None:
+        self._clock = as_clock(clock)
         self._headroom: Headroom | None = None
         self._reserved: dict[str, _Reservation] = {}
         self._claims = itertools.count()
@@ -82,7 +82,7 @@ class QuotaBudget:
         self._headroom = headroom
         self.read_began_wall = read_began_wall
         self.looked = True
-        now = self._clock()
+        now = self._clock.monotonic()
         self._reserved = {
             key: held
             for key, held in self._reserved.items()
@@ -94,7 +94,7 @@ class QuotaBudget:
     def others_waiting(self, waits: Iterable[tuple[str, int, ServerCost, int, float]]) -> None:
         """The pools other replicas hold that wait for quota: (pool, priority, server cost, runners held back,
         seconds since their holder said so). Replaces what the last look's status rows said."""
-        now = self._clock()
+        now = self._clock.monotonic()
         self._others_waiting = {
             pool: _Waiting(priority, cost, count, now - age)
             for pool, priority, cost, count, age in waits
@@ -102,7 +102,7 @@ class QuotaBudget:
         }
 
     def _all_waiting(self) -> dict[str, _Waiting]:
-        now = self._clock()
+        now = self._clock.monotonic()
         others = {pool: wait for pool, wait in self._others_waiting.items() if now - wait.at < MAX_WAITING_S}
         return {**others, **self._waiting}
 
@@ -129,7 +129,7 @@ class QuotaBudget:
             room, limited_by = servers_that_fit(left, cost)
             fits = wanted if room is None else min(wanted, room)
             short = limited_by if fits < wanted else []
-        now = self._clock()
+        now = self._clock.monotonic()
         held_back = min(for_jobs, wanted) - fits
         self._waiting.pop(pool, None)
         if cost is not None:
@@ -147,7 +147,7 @@ class QuotaBudget:
         if count <= 0:
             return
         before = self._waiting.get(pool)
-        self._waiting[pool] = _Waiting(priority, cost, count + (before.count if before else 0), self._clock())
+        self._waiting[pool] = _Waiting(priority, cost, count + (before.count if before else 0), self._clock.monotonic())
 
     def waiting(self, pool: str) -> int:
         """Runners for queued jobs the quota holds back for `pool` (a pool this replica holds)."""
@@ -182,7 +182,7 @@ class QuotaBudget:
         """The runner's create was answered (a server, or a refusal): the next reading tells the rest."""
         held = self._reserved.get(runner_id)
         if held is not None and held.finished_at is None:
-            held.finished_at = self._clock()
+            held.finished_at = self._clock.monotonic()
 
 
 class SharedRoom:

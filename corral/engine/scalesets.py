@@ -28,14 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
 from corral import outages, secrets
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.config import CorralConfig, PoolConfig, ScopeConfig, scale_set_name
 from corral.engine.backoff import Backoff, LogOnce
 from corral.github.client import GitHubClient, GitHubError, JitConfig
@@ -131,7 +130,7 @@ class ScaleSetListener:
         owner: str,
         on_statistics: Callable[[str], None],
         log_once: LogOnce,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike = SYSTEM_CLOCK,
     ) -> None:
         self.pool = pool
         self._config = config
@@ -140,8 +139,8 @@ class ScaleSetListener:
         self._owner = owner
         self._on_statistics = on_statistics
         self._log_once = log_once
-        self._clock = clock
-        self._restart_backoff = Backoff(base_s=1.0, cap_s=60.0, clock=clock)
+        self._clock = as_clock(clock)
+        self._restart_backoff = Backoff(base_s=1.0, cap_s=60.0, clock=self._clock)
         """Between restarts after errors the listener has no recovery for; reset once it handled a message (or
         opened a session): polls that hear nothing do not prove the error gone."""
         self.status = ScaleSetStatus()
@@ -186,7 +185,7 @@ class ScaleSetListener:
             except Exception as exc:
                 wait = self._restart_backoff.failed()
                 self._restarted(exc, wait)
-                await asyncio.sleep(wait)
+                await self._clock.sleep(wait)
 
     def _restarted(self, exc: Exception, wait: float) -> None:
         """Show, count and log an error the listener had no recovery for; it starts again in `wait` s."""
@@ -205,7 +204,7 @@ class ScaleSetListener:
     def _failing(self, error: str, state: SessionState = SessionState.FAILING) -> None:
         """The listener is not listening, for `error`; `error_since` keeps the first failure of a run."""
         failing = self.status.state in (SessionState.FAILING, SessionState.CONFLICT)
-        since = self.status.error_since if failing and self.status.error_since is not None else utcnow()
+        since = self.status.error_since if failing and self.status.error_since is not None else self._clock.now()
         self.status = replace(self.status, state=state, error=error, error_since=since)
 
     def _listening(self) -> None:
@@ -239,7 +238,7 @@ class ScaleSetListener:
                     f"(another corral on this scale set, or one that ended without closing it); waiting it out, "
                     f"next try in {wait:.0f}s",
                 )
-                await asyncio.sleep(wait)
+                await self._clock.sleep(wait)
             except NotFound:
                 # The scale set went (GitHub deletes idle ones): create it again, at once.
                 self._recovered("scale_set_gone")
@@ -255,7 +254,7 @@ class ScaleSetListener:
                 self._log_once.warning(
                     f"scaleset:{self.pool}", f"pool {self.pool}: scale set intake failed, again in {wait:.0f}s: {exc}"
                 )
-                await asyncio.sleep(wait)
+                await self._clock.sleep(wait)
 
     async def _ensure_scale_set(self) -> None:
         """Find or create the pool's scale set; bring its labels and group in line with the config."""
@@ -297,9 +296,9 @@ class ScaleSetListener:
             old = Session(stale_id, self._scale_set.id, "", "", Statistics())
             with contextlib.suppress(NotFound):
                 await self._service.delete_session(old)
-            await self._store.run(pools.release_session, self.pool, stale_id)
+            await self._store.run(pools.release_session, self.pool, stale_id, now=self._clock.now())
             session = await self._service.create_session(self._scale_set.id, self._owner)
-        await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, session.id)
+        await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, session.id, now=self._clock.now())
         self._session = session
         self._last_message_id = 0
         self._take(session.statistics)
@@ -367,7 +366,7 @@ class ScaleSetListener:
         logger.warning("pool %s: the session was ended on GitHub's side; opening a new one", self.pool)
         ended, self._session = self._session, None
         if ended is not None:
-            await self._store.run(pools.release_session, self.pool, ended.id)
+            await self._store.run(pools.release_session, self.pool, ended.id, now=self._clock.now())
 
     async def _handle(self, session: Session, message: QueueMessage) -> None:
         """Acknowledge first (as GitHub's own listener does), then acquire what is available, then scale."""
@@ -393,7 +392,7 @@ class ScaleSetListener:
             await self._service.acquire_jobs(session, available)
         self._take(message.statistics)
         # Last: the jobs' rows are for their story and usage; scaling must not wait on them.
-        await self._store.run(scaleset_jobs.record, self.pool, message.jobs)
+        await self._store.run(scaleset_jobs.record, self.pool, message.jobs, now=self._clock.now())
 
     def _recovered(self, kind: str) -> None:
         SCALE_SET_RECOVERIES.labels(kind).inc()
@@ -410,7 +409,7 @@ class ScaleSetListener:
         session, self._session = self._session, None
         try:
             await self._service.delete_session(session)
-            await self._store.run(pools.release_session, self.pool, session.id)
+            await self._store.run(pools.release_session, self.pool, session.id, now=self._clock.now())
         except (GitHubError, OSError) as exc:
             logger.warning("pool %s: could not close the scale set session: %s", self.pool, exc)
 
@@ -447,7 +446,7 @@ class ScaleSetListener:
             self._known_id = stored.scale_set_id if stored else None
             self._read_known = True
         if self._known_id is not None and self._known_id != scale_set.id:
-            self.replaced_at = utcnow()
+            self.replaced_at = self._clock.now()
             self._superseded.add(self._known_id)
             logger.warning(
                 "pool %s: scale set %d replaces %d; the runners made for the old one are retired",

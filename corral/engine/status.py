@@ -7,12 +7,10 @@ pool's status row only when what it says changed, so a quiet system writes nothi
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.cloud.quota import ServerCost
 from corral.engine.quota import MAX_WAITING_S
 from corral.metrics import RUNNERS
@@ -51,9 +49,9 @@ QUOTA_RENEWAL_S = MAX_WAITING_S / 3
 
 
 class StatusPublisher:
-    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: Store, clock: ClockLike = SYSTEM_CLOCK) -> None:
         self._store = store
-        self._clock = clock
+        self._clock = as_clock(clock)
         self.snapshots: dict[str, PoolSnapshot] = {}
         self._published: dict[str, tuple[int, bool, str | None, bool]] = {}
         self._quota_published: dict[str, tuple[ServerCost | None, int, str | None, float]] = {}
@@ -75,6 +73,7 @@ class StatusPublisher:
             ready=snapshot.ready,
             reason=snapshot.reason,
             removed=snapshot.removed,
+            now=self._clock.now(),
         )
         self._published[snapshot.name] = row
 
@@ -85,7 +84,7 @@ class StatusPublisher:
             snapshot.server_cost,
             snapshot.quota_waiting,
             snapshot.quota_waiting_cloud,
-            self._clock(),
+            self._clock.monotonic(),
         )
         last = self._quota_published.get(snapshot.name)
         renew = waiting and last is not None and now - last[3] > QUOTA_RENEWAL_S
@@ -96,7 +95,7 @@ class StatusPublisher:
             snapshot.name,
             server_cost=asdict(cost) if cost else None,
             waiting=waiting,
-            waiting_at=utcnow(),
+            waiting_at=self._clock.now(),
             waiting_cloud=cloud,
         )
         self._quota_published[snapshot.name] = (cost, waiting, cloud, now)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.quota import servers_that_fit
 from corral.engine.coordinator import Engine
 from corral.explain import Wait, WaitFacts, explain, scale_set_of
@@ -89,8 +89,11 @@ def _received(source: str | None) -> str:
     return {"webhook": "webhook (no delivery id)", "poll": "found by polling GitHub's queued runs"}.get(source, source)
 
 
-async def job_story(engine: Engine, job_id: int, *, scale_set: bool = False) -> JobStory | None:
-    """The story of a job (`scale_set`: of a scale-set job, by its runner request id); None if unknown."""
+async def job_story(
+    engine: Engine, job_id: int, *, scale_set: bool = False, clock: Clock = SYSTEM_CLOCK
+) -> JobStory | None:
+    """The story of a job (`scale_set`: of a scale-set job, by its runner request id); None if unknown. A job
+    still queued is explained as of `clock`'s now."""
     record = await engine.store.run(stories.job_record, job_id, scale_set=scale_set)
     if record is None:
         return None
@@ -100,14 +103,13 @@ async def job_story(engine: Engine, job_id: int, *, scale_set: bool = False) -> 
         return JobStory(job, steps, None)
     name = job.pool or scale_set_of(job, engine.config.pools)
     pool_facts = await engine.store.run(stories.pool_facts, job, name) if name else stories.PoolFacts()
-    return JobStory(job, steps, explain(_facts(engine, job, name, record.runners, pool_facts)))
+    return JobStory(job, steps, explain(_facts(engine, job, name, record.runners, pool_facts, clock.now())))
 
 
 def _facts(
-    engine: Engine, job: Job, name: str | None, runners: list[Runner], pool_facts: stories.PoolFacts
+    engine: Engine, job: Job, name: str | None, runners: list[Runner], pool_facts: stories.PoolFacts, now: datetime
 ) -> WaitFacts:
     config = engine.config
-    now = utcnow()
     tuning = DemandTuning.of(config)
     pool = config.pools.get(name) if name else None
     if name is None or pool is None:

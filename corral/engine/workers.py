@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.metrics import WORKER_ERRORS
 from corral.outages import log_unexpected
 
@@ -78,9 +78,9 @@ class _Key:
 class KeyedWorkers:
     """Runs `work(key)` for each key, one run at a time per key, whenever the key is woken or due."""
 
-    def __init__(self, work: Work, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, work: Work, clock: ClockLike = SYSTEM_CLOCK) -> None:
         self._work = work
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._keys: dict[str, _Key] = {}
         self._stopping = False
 
@@ -109,7 +109,7 @@ class KeyedWorkers:
         state = self._keys.get(key)
         if state is None:
             return
-        due = self._clock() + after
+        due = self._clock.monotonic() + after
         if state.due is None or due < state.due:
             state.due = due
         state.wake.set()
@@ -225,7 +225,7 @@ class KeyedWorkers:
         """Wait until the key's pass is due (True) or an action is queued on it (False unless due too)."""
         while not state.calls:
             if state.due is not None:
-                remaining = state.due - self._clock()
+                remaining = state.due - self._clock.monotonic()
                 if remaining <= 0:
                     return True
                 state.wake.clear()
@@ -237,7 +237,7 @@ class KeyedWorkers:
             else:
                 state.wake.clear()
                 await state.wake.wait()
-        return state.due is not None and state.due <= self._clock()
+        return state.due is not None and state.due <= self._clock.monotonic()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -31,6 +31,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError
 
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.files import create_private
 from corral.metrics import DATABASE_ERRORS
 from corral.outages import DependencyHealth, DependencyUnavailable, describe
@@ -144,10 +145,10 @@ class Store:
         self.health: DependencyHealth | None = None
         """Told of every transaction's fate once `report_outages` was called (by `corral serve`)."""
 
-    def report_outages(self) -> None:
+    def report_outages(self, clock: Clock = SYSTEM_CLOCK) -> None:
         """Log each database outage once when it begins and once when it ends (and keep its metrics): for a
-        long-running corral. A command run once has its error to show instead."""
-        self.health = DependencyHealth("database", DATABASE_MEANWHILE)
+        long-running corral. A command run once has its error to show instead. `clock` dates and times them."""
+        self.health = DependencyHealth("database", DATABASE_MEANWHILE, clock=clock)
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration; safe to run on every start, by any number of replicas

@@ -162,13 +162,14 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], sources: dict[
     )
 
 
-def record(connection: Connection, deliveries: Sequence[Delivery]) -> IntakeResult:
+def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datetime | None = None) -> IntakeResult:
     """Record a group of deliveries and the job updates they carry; say which were new and whom to wake.
 
     The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
-    pool (a runner of one pool may take a job matched to another).
+    pool (a runner of one pool may take a job matched to another). `now` stamps the rows (the caller's clock;
+    the system's by default).
     """
-    now = utcnow()
+    now = now or utcnow()
     ids = [d.id for d in deliveries if d.id is not None]
     known: set[str] = set()
     for start in range(0, len(ids), IN_CLAUSE_CHUNK):
@@ -330,9 +331,10 @@ def checked(
     conclusion: str | None,
     runner_name: str | None = None,
     completed_at: datetime | None = None,
+    now: datetime | None = None,
 ) -> None:
-    """Record what GitHub said of a job when asked directly; it never moves backwards either."""
-    connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(checked_at=utcnow()))
+    """Record what GitHub said of a job when asked directly (at `now`); it never moves backwards either."""
+    connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(checked_at=now or utcnow()))
     forward: dict[str, Any] = {"status": status.value, "conclusion": conclusion}
     if runner_name:
         forward["runner_name"] = runner_name

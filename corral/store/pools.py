@@ -41,23 +41,34 @@ def drained(statuses: dict[str, PoolStatus]) -> set[str]:
 
 
 def publish(
-    connection: Connection, name: str, *, generation: int, ready: bool, reason: str | None, removed: bool
+    connection: Connection,
+    name: str,
+    *,
+    generation: int,
+    ready: bool,
+    reason: str | None,
+    removed: bool,
+    now: datetime | None = None,
 ) -> None:
-    _upsert(connection, name, applied_generation=generation, ready=ready, reason=reason, removed=removed)
+    _upsert(connection, name, now=now, applied_generation=generation, ready=ready, reason=reason, removed=removed)
 
 
 def set_drained(connection: Connection, name: str, drained: bool) -> None:
     _upsert(connection, name, drained=drained)
 
 
-def set_create_backoff(connection: Connection, name: str, failures: int, paused_until: datetime | None) -> None:
+def set_create_backoff(
+    connection: Connection, name: str, failures: int, paused_until: datetime | None, *, now: datetime | None = None
+) -> None:
     """The pool's create backoff as its holder has it now (0 and None when creates go at full speed)."""
-    _upsert(connection, name, create_failures=failures, create_paused_until=paused_until)
+    _upsert(connection, name, now=now, create_failures=failures, create_paused_until=paused_until)
 
 
-def set_scale_set(connection: Connection, name: str, scale_set_id: int | None, session: str | None) -> None:
+def set_scale_set(
+    connection: Connection, name: str, scale_set_id: int | None, session: str | None, *, now: datetime | None = None
+) -> None:
     """A scale-set pool's scale set and the session its holder has open (None: none open)."""
-    _upsert(connection, name, scale_set_id=scale_set_id, scale_set_session=session)
+    _upsert(connection, name, now=now, scale_set_id=scale_set_id, scale_set_session=session)
 
 
 def set_quota(
@@ -68,6 +79,7 @@ def set_quota(
     waiting: int,
     waiting_at: datetime,
     waiting_cloud: str | None = None,
+    now: datetime | None = None,
 ) -> None:
     """What the pool's holder knows of it that replicas sharing the project plan with: a server's cost, and
     how many runners for queued jobs the quota holds back (renewed while it does, else it lapses) in which
@@ -75,6 +87,7 @@ def set_quota(
     _upsert(
         connection,
         name,
+        now=now,
         server_cost=server_cost,
         quota_waiting=waiting,
         quota_waiting_at=waiting_at,
@@ -89,9 +102,11 @@ def set_server_cost(connection: Connection, name: str, server_cost: dict[str, in
     _upsert(connection, name, server_cost=server_cost)
 
 
-def set_cloud_backoffs(connection: Connection, name: str, backoffs: dict[str, Any]) -> None:
+def set_cloud_backoffs(
+    connection: Connection, name: str, backoffs: dict[str, Any], *, now: datetime | None = None
+) -> None:
     """The pool's backoff in each cloud that failed it lately (`{cloud: {failures, paused_until}}`)."""
-    _upsert(connection, name, cloud_backoffs=backoffs)
+    _upsert(connection, name, now=now, cloud_backoffs=backoffs)
 
 
 def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any]) -> None:
@@ -99,13 +114,13 @@ def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any]) ->
     _upsert(connection, name, rollouts=rollouts)
 
 
-def release_session(connection: Connection, name: str, session: str) -> None:
+def release_session(connection: Connection, name: str, session: str, *, now: datetime | None = None) -> None:
     """The holder that opened `session` has closed it: the pool shows none open, unless a newer holder has
     already recorded its own (an old holder closing late must not erase the new one's)."""
     connection.execute(
         update(POOLS)
         .where(POOLS.c.name == name, POOLS.c.scale_set_session == session)
-        .values(scale_set_session=None, updated_at=utcnow())
+        .values(scale_set_session=None, updated_at=now or utcnow())
     )
 
 
@@ -113,10 +128,12 @@ _NEW_ROW = {"applied_generation": 0, "ready": False, "removed": False, "drained"
 """What a pool's first row says about whatever its first write does not set."""
 
 
-def _upsert(connection: Connection, name: str, **values: object) -> None:
-    changed = connection.execute(update(POOLS).where(POOLS.c.name == name).values(**values, updated_at=utcnow()))
+def _upsert(connection: Connection, name: str, *, now: datetime | None = None, **values: object) -> None:
+    """Write `values` to the pool's row (made if missing), stamped `now` (the system's clock by default)."""
+    updated_at = now or utcnow()
+    changed = connection.execute(update(POOLS).where(POOLS.c.name == name).values(**values, updated_at=updated_at))
     if not changed.rowcount:
-        connection.execute(insert(POOLS).values({**_NEW_ROW, **values, "name": name, "updated_at": utcnow()}))
+        connection.execute(insert(POOLS).values({**_NEW_ROW, **values, "name": name, "updated_at": updated_at}))
 
 
 def forget(connection: Connection, name: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from sqlalchemy import Connection, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,10 +21,10 @@ def attempts(connection: Connection, guids: Iterable[str]) -> dict[str, int]:
     return {guid: count for guid, count in rows}
 
 
-def asked(connection: Connection, guid: str) -> None:
-    """One more redelivery of `guid` was asked for."""
+def asked(connection: Connection, guid: str, *, now: datetime | None = None) -> None:
+    """One more redelivery of `guid` was asked for (at `now`)."""
     dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(REQUESTS).values(guid=guid, attempts=1, asked_at=utcnow())
+    statement = dialect.insert(REQUESTS).values(guid=guid, attempts=1, asked_at=now or utcnow())
     connection.execute(
         statement.on_conflict_do_update(
             index_elements=[REQUESTS.c.guid],

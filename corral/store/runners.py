@@ -102,6 +102,7 @@ def add(
     max_runners: int | None = None,
     fence: Fence | None = None,
     room: Callable[[Connection, int], int] | None = None,
+    now: datetime | None = None,
 ) -> list[Runner]:
     """Write the intents as `pending` runners with their first events; count them on the jobs they serve.
 
@@ -111,7 +112,8 @@ def add(
     two writers that each read the pool before the other wrote (two replicas in a split-brain moment) cannot
     both fill its last places. With `fence`, nothing is written unless it is still the pool's lease. `room`
     says how many of that many intents the project's quota has room for, read in this transaction (replicas
-    sharing a project count each other's creates there: `store.quota`); the earliest are written.
+    sharing a project count each other's creates there: `store.quota`); the earliest are written. `now` stamps
+    the rows (the caller's clock; the system's by default).
     """
     if fence is not None:
         leases.verify(connection, [fence])
@@ -121,7 +123,7 @@ def add(
         intents = intents[: room(connection, len(intents))]
     if not intents:
         return []
-    now = utcnow()
+    now = now or utcnow()
     runners = []
     for intent in intents:
         runner_id = new_runner_id()
@@ -225,14 +227,18 @@ MOVE = (
 
 
 def apply(
-    connection: Connection, transitions: Sequence[Transition], fences: Sequence[Fence] = ()
+    connection: Connection,
+    transitions: Sequence[Transition],
+    fences: Sequence[Fence] = (),
+    *,
+    now: datetime | None = None,
 ) -> list[Runner | None]:
     """Apply each transition that still holds; None in place of one whose runner someone else moved first.
 
     `fences` (PostgreSQL replicas): the leases of the pools these runners belong to, checked first in this
     transaction; a stale one refuses the whole group (LeaseLost), nothing written."""
     leases.verify(connection, fences)
-    now = utcnow()
+    now = now or utcnow()
     applied: list[Runner | None] = []
     moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None]] = []
     diverted: Counter[int] = Counter()
@@ -272,14 +278,14 @@ def apply(
     return applied
 
 
-def note(connection: Connection, runner: Runner, reason: Reason, message: str) -> None:
+def note(connection: Connection, runner: Runner, reason: Reason, message: str, *, now: datetime | None = None) -> None:
     """Record something that happened to a runner without moving it (an action on it failed unexpectedly):
     on the runner, where its view shows it, and in its history."""
     connection.execute(update(RUNNERS).where(RUNNERS.c.id == runner.id).values(message=message))
-    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], utcnow())
+    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], now or utcnow())
 
 
-def mark_active(connection: Connection, runner_ids: Sequence[str]) -> None:
+def mark_active(connection: Connection, runner_ids: Sequence[str], *, now: datetime | None = None) -> None:
     """Note, once each, that these booting runners' servers were seen ACTIVE: a step of their boot, for the
     job timeline (the cloud's part of a slow boot, told apart from the guest's)."""
     if not runner_ids:
@@ -292,7 +298,9 @@ def mark_active(connection: Connection, runner_ids: Sequence[str]) -> None:
     if fresh:
         booted = RunnerState.BOOTING
         _add_events(
-            connection, [(runner_id, booted, booted, Reason.SERVER_ACTIVE, None) for runner_id in fresh], utcnow()
+            connection,
+            [(runner_id, booted, booted, Reason.SERVER_ACTIVE, None) for runner_id in fresh],
+            now or utcnow(),
         )
 
 

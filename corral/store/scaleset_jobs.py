@@ -80,9 +80,10 @@ def _upsert_statement(dialect_name: str) -> Any:
     )
 
 
-def record(connection: Connection, pool: str, messages: Sequence[JobMessage]) -> None:
-    """The jobs of one queue message, each merged to the furthest state the batch says it reached."""
-    now = utcnow()
+def record(connection: Connection, pool: str, messages: Sequence[JobMessage], *, now: datetime | None = None) -> None:
+    """The jobs of one queue message, each merged to the furthest state the batch says it reached; `now`
+    stamps the rows (the caller's clock; the system's by default)."""
+    now = now or utcnow()
     rows: dict[int, dict[str, Any]] = {}
     for message in messages:
         state = STATE_OF_KIND.get(message.kind)

@@ -57,11 +57,12 @@ def _token(row: Any) -> ApiToken:
     return ApiToken(*row)
 
 
-def create(connection: Connection, name: str, scope: str) -> tuple[ApiToken, str]:
-    """A new token; returns it and its text, which is never stored and never shown again."""
+def create(connection: Connection, name: str, scope: str, *, now: datetime | None = None) -> tuple[ApiToken, str]:
+    """A new token; returns it and its text, which is never stored and never shown again. `now`: its
+    creation time (the caller's clock; the system's by default)."""
     token_id = secrets.token_hex(4)
     text = f"corral_{token_id}_{secrets.token_urlsafe(32)}"
-    token = ApiToken(id=token_id, name=name, scope=scope, created_at=utcnow())
+    token = ApiToken(id=token_id, name=name, scope=scope, created_at=now or utcnow())
     connection.execute(
         insert(TOKENS).values(
             id=token.id, name=name, scope=scope, token_hash=hash_token(text), created_at=token.created_at
@@ -74,22 +75,22 @@ def listing(connection: Connection) -> list[ApiToken]:
     return [_token(row) for row in connection.execute(select(*COLUMNS).order_by(TOKENS.c.created_at))]
 
 
-def revoke(connection: Connection, token_id: str) -> bool:
+def revoke(connection: Connection, token_id: str, *, now: datetime | None = None) -> bool:
     result = connection.execute(
-        update(TOKENS).where(TOKENS.c.id == token_id, TOKENS.c.revoked_at.is_(None)).values(revoked_at=utcnow())
+        update(TOKENS).where(TOKENS.c.id == token_id, TOKENS.c.revoked_at.is_(None)).values(revoked_at=now or utcnow())
     )
     return bool(result.rowcount)
 
 
-def authenticate(connection: Connection, text: str) -> ApiToken | None:
-    """The live token with this text, if any."""
+def authenticate(connection: Connection, text: str, *, now: datetime | None = None) -> ApiToken | None:
+    """The live token with this text, if any; `now` is when it was used."""
     row = connection.execute(select(*COLUMNS).where(TOKENS.c.token_hash == hash_token(text))).first()
     if row is None:
         return None
     token = _token(row)
     if token.revoked_at is not None:
         return None
-    now = utcnow()
+    now = now or utcnow()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         connection.execute(update(TOKENS).where(TOKENS.c.id == token.id).values(last_used_at=now))
     return token
