@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import pytest_socket
 
-from tests.unit.virtual_time import VirtualTimeLoop
+from tests.unit.virtual_time import is_virtual
 
 UNIT_DIR = Path(__file__).parent
 
@@ -71,11 +71,7 @@ def _unit_boundary(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     real_sleep = asyncio.sleep
 
     def sleep(delay: float, result: Any = None) -> Coroutine[Any, Any, Any]:
-        if (
-            delay > 0
-            and not isinstance(asyncio.get_running_loop(), VirtualTimeLoop)
-            and threading.get_ident() not in others
-        ):
+        if delay > 0 and not is_virtual(asyncio.get_running_loop()) and threading.get_ident() not in others:
             attempts.append(f"wait {delay} s with asyncio.sleep")
             raise OutsideTheUnitLayer(f"a unit test may not wait {delay} s: inject a clock instead")
         return real_sleep(delay, result)

@@ -7,12 +7,12 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
-import looptime
 import pytest
 
 from corral.clock import SYSTEM_CLOCK, Clock, LoopClock, as_clock, utcnow
 from corral.engine.backoff import Backoff
 from corral.outages import DependencyHealth
+from tests.unit import virtual_time
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -24,7 +24,7 @@ def in_virtual_time(seconds: float, clock: LoopClock) -> tuple[float, datetime]:
         await clock.sleep(seconds)
         return clock.monotonic(), clock.now()
 
-    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0.0)) as runner:
+    with asyncio.Runner(loop_factory=virtual_time.new_loop) as runner:
         return runner.run(main())
 
 
@@ -82,7 +82,7 @@ def test_a_worker_thread_reads_the_same_loop_time() -> None:
         in_thread = await asyncio.to_thread(clock.monotonic)
         return clock.monotonic(), in_thread, await asyncio.to_thread(clock.now)
 
-    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0.0)) as runner:
+    with asyncio.Runner(loop_factory=virtual_time.new_loop) as runner:
         assert runner.run(main()) == (42.0, 42.0, START + timedelta(seconds=42))
 
 
@@ -129,6 +129,6 @@ def test_a_dependency_outage_is_dated_and_timed_by_its_clock(caplog: pytest.LogC
         health.succeeded()
         return down_since
 
-    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0.0)) as runner:
+    with asyncio.Runner(loop_factory=virtual_time.new_loop) as runner:
         assert runner.run(main()) == START + timedelta(seconds=5)
     assert "cloud:test reachable again after 60.0s (unreachable since 2026-03-01T12:00:05+00:00)" in caplog.text

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import looptime
 import pytest
 
 from corral.clock import LoopClock
@@ -25,6 +24,7 @@ from corral.engine.workers import KeyedWorkers
 from corral.github.client import GitHubClient
 from corral.github.scaleset import ActionsService
 from corral.store import Store, pools
+from tests.unit import virtual_time
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ logger = logging.getLogger("test.virtual_time")
 
 def virtual(main: Callable[[LoopClock], Coroutine[Any, Any, T]]) -> T:
     """Run `main` in a loop whose time starts at 0 and jumps to its next timer, with a clock reading it."""
-    with asyncio.Runner(loop_factory=lambda: looptime.new_event_loop(start=0.0)) as runner:
+    with asyncio.Runner(loop_factory=virtual_time.new_loop) as runner:
         return runner.run(main(LoopClock(START)))
 
 
