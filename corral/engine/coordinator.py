@@ -27,12 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from string import Template
 from typing import Any
 
+from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.cloud.clouds import CloudSet
 from corral.config import CorralConfig
 from corral.engine import messages
@@ -86,7 +86,7 @@ class Engine:
         github: GitHubClient,
         *,
         user_data_template: Template | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike = SYSTEM_CLOCK,
         replica: str = "corral",
         reload_config: Callable[[], Awaitable[list[str]]] | None = None,
     ) -> None:
@@ -95,7 +95,8 @@ class Engine:
         self.store = store
         self.cloud = cloud
         self.github = github
-        self.clock = clock
+        self.clock = clock = as_clock(clock)
+        """The one clock every part reads time from (a test drives the engine in virtual time with a LoopClock)."""
         self.log_once = LogOnce(logger, clock=clock)
         self.supervisor = Supervisor()
         self._stop = asyncio.Event()
@@ -103,16 +104,27 @@ class Engine:
         self._wakes: WakeListener | None = None
         self._cloud_threads = ThreadPoolExecutor(config.cloud.threads, "corral-cloud")
         self.leases = LeaseKeeper(
-            store, replica, lease_s=config.lease_time, busy=self.supervisor.group_busy, log_once=self.log_once
+            store,
+            replica,
+            lease_s=config.lease_time,
+            busy=self.supervisor.group_busy,
+            log_once=self.log_once,
+            clock=clock,
         )
         self.mover = Mover(store, fence=self.leases.fence)
         self.checker = PoolChecker(
-            cloud, self._cloud_threads, self.log_once, clock, lambda: running.config.tuning.pool_recheck
+            cloud, self._cloud_threads, self.log_once, clock.monotonic, lambda: running.config.tuning.pool_recheck
         )
         self.rollouts = Rollouts(lambda: running.config)
         self.workers = KeyedWorkers(lambda name: self.reconciler.reconcile_pool(name), clock)
         self.scalesets = ScaleSetIntake(
-            lambda: running.config, github, store, replica, lambda pool: self.workers.wake(pool), self.log_once
+            lambda: running.config,
+            github,
+            store,
+            replica,
+            lambda pool: self.workers.wake(pool),
+            self.log_once,
+            clock=clock,
         )
         pauses = PoolPauses(store, self.log_once, clock)
         self.readiness = PoolReadiness(running, self.checker, github, lambda pool: self.creator.paused_s(pool))
@@ -130,12 +142,19 @@ class Engine:
             clouds_of=lambda pool: running.config.clouds_of(pool),
             cloud_of=lambda recorded: running.config.cloud_of(recorded),
             ready_clouds=self.readiness.ready_clouds,
+            clock=clock,
         )
         self.cleaner = Cleaner(
-            self.mover, cloud, github, self._cloud_threads, self.log_once, lambda r: running.config.cloud_of(r)
+            self.mover,
+            cloud,
+            github,
+            self._cloud_threads,
+            self.log_once,
+            lambda r: running.config.cloud_of(r),
+            clock=clock,
         )
         self.jobs = JobTracker(store, github, self.log_once, clock)
-        self.status = StatusPublisher(store)
+        self.status = StatusPublisher(store, clock)
         self.quotas = {name: QuotaBudget(clock) for name in cloud.names}
         """Each cloud's quota budget (one dict, shared by the parts; a reload adds and removes clouds in it)."""
         self.membership = Membership(
@@ -148,6 +167,7 @@ class Engine:
             pauses=pauses,
             rollouts=self.rollouts,
             quotas=self.quotas,
+            clock=clock,
         )
         self.housekeeper = Housekeeper(
             running,
@@ -174,6 +194,7 @@ class Engine:
             self.creator,
             self.housekeeper.ask_github_in,
             self.rollouts,
+            clock=clock,
         )
         self.scaler = Scaler(
             config=lambda: running.config,
@@ -195,9 +216,11 @@ class Engine:
             rollouts=self.rollouts,
             checked_image=self.checker.image_id,
             others=self.membership.sharing_quota,
+            clock=clock.now,
+            wall=clock.now,
         )
         self.observer = Observer(
-            self.housekeeper.look, self.housekeeper.observed, lambda: running.config.reconcile_interval
+            self.housekeeper.look, self.housekeeper.observed, lambda: running.config.reconcile_interval, clock
         )
         self.reconciler = PoolReconciler(
             running,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from string import Template
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import (
     DEFAULT_CLOUD,
@@ -113,6 +113,7 @@ class Creator:
         clouds_of: Callable[[str], list[str]] = lambda _: [],
         cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
         ready_clouds: Callable[[str], set[str]] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
         scale set itself (they then belong to it); other pools' come from the REST API."""
@@ -134,6 +135,8 @@ class Creator:
         self._cloud_of_recorded = cloud_of
         """The cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`)."""
         self._ready_clouds = ready_clouds or (lambda pool: set(clouds_of(pool)))
+        self._clock = clock
+        """What a job's wait for its runner is measured by."""
         """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
 
     async def came_online(self, runner: Runner) -> None:
@@ -226,7 +229,7 @@ class Creator:
         if creating is None:
             return
         if job_received_at is not None:
-            waited = (utcnow() - job_received_at).total_seconds()
+            waited = (self._clock.now() - job_received_at).total_seconds()
             QUEUED_TO_CREATE_SECONDS.labels(runner.pool).observe(max(waited, 0.0))
         try:
             user_data = render_user_data(

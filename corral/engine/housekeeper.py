@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from corral.clock import utcnow
+from corral.clock import Clock
 from corral.cloud.clouds import CloudSet
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
@@ -54,7 +53,7 @@ class Housekeeper:
         quotas: dict[str, QuotaBudget],
         log_once: LogOnce,
         cloud_threads: ThreadPoolExecutor,
-        clock: Callable[[], float],
+        clock: Clock,
         stopping: asyncio.Event,
     ) -> None:
         self.running = running
@@ -89,7 +88,7 @@ class Housekeeper:
     async def look(self, generation: int) -> Observation:
         scopes = {pool.scope.key for pool in self.running.config.pools.values()}
         scopes |= set(await self.store.run(runners.live_scopes))
-        began, began_wall = self.clock(), utcnow()
+        began, began_wall = self.clock.monotonic(), self.clock.now()
         observation = await observe(
             generation,
             self.cloud,
@@ -205,7 +204,7 @@ class Housekeeper:
     async def prune(self) -> None:
         if not self.leases.holds(HOUSEKEEPING):
             return
-        older_than = utcnow() - timedelta(seconds=self.running.config.retention)
+        older_than = self.clock.now() - timedelta(seconds=self.running.config.retention)
         while not self.stopping.is_set():
             batch = self.running.config.tuning.prune_batch
             deleted = await self.store.run(retention.prune_batch, older_than=older_than, batch=batch)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.config import CorralConfig
 from corral.engine.creator import Creator
 from corral.engine.observe import Observation
@@ -49,6 +49,7 @@ class RunnerJudge:
         creator: Creator,
         ask_github: Callable[[float], None],
         rollouts: Rollouts | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`ask_github(after_s)` is called when a job's fate became uncertain: GitHub is asked about it then."""
         self._config = config
@@ -56,6 +57,8 @@ class RunnerJudge:
         self.supervisor = supervisor
         self.creator = creator
         self._ask_github = ask_github
+        self._clock = clock
+        """What a runner's `registered_at` is stamped by."""
         self._rollouts = rollouts or Rollouts(config)
         """Told which runners came online or failed to: a rollout judges its new image by them."""
         self._noted_active: dict[str, None] = {}
@@ -169,7 +172,7 @@ class RunnerJudge:
         # It came online: seen online, seen busy, or its job was done (which it must have come online for).
         came_online = verdict.target in (RunnerState.IDLE, RunnerState.BUSY) or verdict.reason is Reason.JOB_DONE
         if came_online and runner.registered_at is None:
-            registered_at = utcnow()
+            registered_at = self._clock.now()
             RUNNER_BOOT_SECONDS.labels(runner.pool).observe((registered_at - runner.created_at).total_seconds())
         # A runner that turned busy, or finished from booting or idle (its job was over before corral saw it
         # busy), took a job; unless the job table says which, it may not be the one it was started for.

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from corral import __version__
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.quota import ServerCost
 from corral.engine.leases import HOUSEKEEPING, LeaseKeeper
 from corral.engine.pauses import PoolPauses
@@ -41,8 +41,10 @@ class Membership:
         pauses: PoolPauses,
         rollouts: Rollouts,
         quotas: dict[str, QuotaBudget],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.running = running
+        self._clock = clock
         self.store = store
         self.leases = leases
         self.workers = workers
@@ -52,7 +54,7 @@ class Membership:
         self.rollouts = rollouts
         self.quotas = quotas
         """Each cloud's quota budget (the same dict the engine's other parts read; a reload edits it)."""
-        self.started_at = utcnow()
+        self.started_at = clock.now()
 
     def restore(self, statuses: dict[str, PoolStatus], holds: Callable[[str], bool]) -> None:
         """Adopt what the status rows say of the pools `holds` names: operators' drains (of every pool), and
@@ -103,7 +105,7 @@ class Membership:
         """The quota waits of pools other replicas hold, as their status rows say, each with the cloud whose
         quota it waits for (the holder says which; rows that do not: the pool's first)."""
         config = self.running.config
-        now, elsewhere = utcnow(), set(self._held_elsewhere())
+        now, elsewhere = self._clock.now(), set(self._held_elsewhere())
         waits = []
         for name, status in statuses.items():
             if name not in elsewhere or not status.quota_waiting or status.quota_waiting_at is None:
@@ -139,7 +141,7 @@ class Membership:
         """The replicas on this database and the leases (on SQLite: this process, holding every pool)."""
         if self.leases.enabled:
             return await self.store.run(leases.replicas), await self.store.run(leases.leases)
-        now = utcnow()
+        now = self._clock.now()
         me = leases.ReplicaRow(self.leases.replica, __version__, os.getpid(), self.started_at, now)
         held = [leases.LeaseRow(pool, me.id, 0, self.started_at, now, True) for pool in await self.holders()]
         return [me], held

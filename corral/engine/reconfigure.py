@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from corral.clock import Clock
 from corral.cloud.clouds import CloudSet
 from corral.config import CorralConfig
 from corral.engine.checks import PoolChecker
@@ -37,7 +38,7 @@ class Reconfigurer:
         workers: KeyedWorkers,
         quotas: dict[str, QuotaBudget],
         cloud_threads: ThreadPoolExecutor,
-        clock: Callable[[], float],
+        clock: Clock,
     ) -> None:
         self.running = running
         self.cloud = cloud

@@ -107,6 +107,7 @@ class Scaler:
         checked_image: Callable[[str], str | None] = lambda _: None,
         others: Callable[[str], Collection[str]] = lambda _: (),
         clock: Callable[[], datetime] = utcnow,
+        wall: Callable[[], datetime] = utcnow,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
         gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
@@ -139,6 +140,8 @@ class Scaler:
         this replica took over), none on SQLite."""
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
+        self._wall = wall
+        """The engine's clock: what idle grace and the demand's waits are measured by."""
         self._replacing: dict[str, dict[str, str]] = {}
         """Per pool, the replacements this replica started and not yet seen take a job or go, by id, with the
         outdated runner each replaces: retired first once its replacement is online, and given no second one
@@ -189,7 +192,7 @@ class Scaler:
             name=name,
             config=config,
             now=self.clock(),
-            wall=utcnow(),
+            wall=self._wall(),
             runners=tuple(current),
             states=Counter(states),
             busy=frozenset(runner.id for runner in current if self.supervisor.busy(runner.id)),
@@ -327,7 +330,7 @@ class Scaler:
             for runner in current
             if runner.scope.startswith("repo:") and runner.state in CAPACITY_STATES
         )
-        now = utcnow()
+        now = self._wall()
         queued: list[QueuedJob] = []
         demand = Demand()
         page = needed * 2 + 20

@@ -477,6 +477,7 @@ class ScaleSetIntake:
         owner: str,
         on_statistics: Callable[[str], None],
         log_once: LogOnce,
+        clock: ClockLike = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
         self._github = github
@@ -484,6 +485,8 @@ class ScaleSetIntake:
         self._owner = owner
         self._on_statistics = on_statistics
         self._log_once = log_once
+        self._clock = clock
+        """What the listeners read time from and wait by."""
         self._services: dict[str, ActionsService] = {}
         self.listeners: dict[str, ScaleSetListener] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -513,6 +516,7 @@ class ScaleSetIntake:
                 self._owner,
                 self._on_statistics,
                 self._log_once,
+                clock=self._clock,
             )
             self.listeners[name] = listener
             self._tasks[name] = asyncio.get_running_loop().create_task(listener.run(), name=f"corral-scaleset-{name}")
