@@ -15,12 +15,10 @@ import pytest
 from corral.clock import LoopClock
 from corral.config import CorralConfig, parse_config
 from corral.engine.backoff import Backoff, LogOnce
-from corral.engine.leases import LeaseKeeper
 from corral.engine.pauses import PoolPauses
 from corral.engine.scalesets import ScaleSetListener, SessionState
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
-from corral.engine.workers import KeyedWorkers
 from corral.github.client import GitHubClient
 from corral.github.scaleset import ActionsService
 from corral.store import Store, pools
@@ -53,141 +51,7 @@ def config() -> CorralConfig:
     return parse_config({"github": {"token": "ghp_" + "Zq7" * 12}, "pools": {"small": pool}})
 
 
-# -- KeyedWorkers ---------------------------------------------------------------------------------------------
-
-
-def test_a_pool_that_asks_again_in_10s_runs_every_10s_for_a_minute() -> None:
-    async def main(clock: LoopClock) -> list[float]:
-        runs: list[float] = []
-
-        async def work(key: str) -> float:
-            runs.append(clock.monotonic())
-            return 10.0
-
-        workers = KeyedWorkers(work, clock)
-        workers.ensure(["small"])
-        await clock.sleep(65)
-        await workers.stop()
-        return runs
-
-    assert virtual(main) == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
-
-
-def test_a_pass_that_keeps_raising_is_tried_after_1_2_5_10_30_and_30s() -> None:
-    async def main(clock: LoopClock) -> list[float]:
-        runs: list[float] = []
-
-        async def work(key: str) -> float:
-            runs.append(clock.monotonic())
-            raise RuntimeError("a bug in the pass")
-
-        workers = KeyedWorkers(work, clock)
-        workers.ensure(["small"])
-        await clock.sleep(80)
-        await workers.stop()
-        return runs
-
-    assert virtual(main) == [0.0, 1.0, 3.0, 8.0, 18.0, 48.0, 78.0]
-
-
-def test_one_pass_that_succeeds_starts_the_error_backoff_over() -> None:
-    async def main(clock: LoopClock) -> list[float]:
-        runs: list[float] = []
-
-        async def work(key: str) -> float:
-            runs.append(clock.monotonic())
-            if len(runs) == 3:
-                return 10.0
-            raise RuntimeError("a bug in the pass")
-
-        workers = KeyedWorkers(work, clock)
-        workers.ensure(["small"])
-        await clock.sleep(17)
-        await workers.stop()
-        return runs
-
-    # Fails at 0 and 1 (waits 1, 2), succeeds at 3 (asks again in 10), fails at 13 and waits 1 again.
-    assert virtual(main) == [0.0, 1.0, 3.0, 13.0, 14.0, 16.0]
-
-
-def test_a_wake_in_5s_runs_an_idle_pool_at_5s_and_not_again() -> None:
-    async def main(clock: LoopClock) -> list[float]:
-        runs: list[float] = []
-
-        async def work(key: str) -> None:
-            runs.append(clock.monotonic())
-
-        workers = KeyedWorkers(work, clock)
-        workers.ensure(["small"])
-        await clock.sleep(1)
-        workers.wake("small", after=5)
-        await clock.sleep(3600)
-        await workers.stop()
-        return runs
-
-    assert virtual(main) == [0.0, 6.0]
-
-
-def test_a_sooner_wake_brings_a_pass_due_in_a_minute_forward() -> None:
-    async def main(clock: LoopClock) -> list[float]:
-        runs: list[float] = []
-
-        async def work(key: str) -> float:
-            runs.append(clock.monotonic())
-            return 60.0
-
-        workers = KeyedWorkers(work, clock)
-        workers.ensure(["small"])
-        await clock.sleep(1)
-        workers.wake("small", after=5)
-        await clock.sleep(120)
-        await workers.stop()
-        return runs
-
-    assert virtual(main) == [0.0, 6.0, 66.0]
-
-
-def test_run_now_returns_when_a_pass_begun_after_it_has_finished() -> None:
-    async def main(clock: LoopClock) -> tuple[bool, float, list[float]]:
-        runs: list[float] = []
-
-        async def work(key: str) -> None:
-            runs.append(clock.monotonic())
-            await clock.sleep(20)  # a slow pass: a call to a far end
-
-        workers = KeyedWorkers(work, clock)
-        workers.ensure(["small"])
-        await clock.sleep(5)  # the first pass is under way
-        ran = await workers.run_now("small")
-        answered = clock.monotonic()
-        await workers.stop()
-        return ran, answered, runs
-
-    assert virtual(main) == (True, 40.0, [0.0, 20.0])
-
-
 # -- Supervisor -----------------------------------------------------------------------------------------------
-
-
-def test_drain_waits_for_an_action_and_the_one_it_starts() -> None:
-    async def main(clock: LoopClock) -> tuple[float, list[tuple[str, float]]]:
-        supervisor = Supervisor()
-        done: list[tuple[str, float]] = []
-
-        async def second() -> None:
-            await clock.sleep(15)
-            done.append(("second", clock.monotonic()))
-
-        async def first() -> None:
-            await clock.sleep(30)
-            supervisor.start(ActionKind.DELETE, "runner-2", second())
-            done.append(("first", clock.monotonic()))
-
-        supervisor.start(ActionKind.CREATE, "runner-1", first())
-        await supervisor.drain()
-        return clock.monotonic(), done
-
-    assert virtual(main) == (45.0, [("first", 30.0), ("second", 45.0)])
 
 
 def test_an_action_failing_after_10s_is_busy_until_then_and_its_error_is_handed_on() -> None:
@@ -230,7 +94,7 @@ def test_a_second_action_on_a_busy_key_is_refused_until_the_first_is_done() -> N
     assert virtual(main) == [True, False, True]
 
 
-# -- Backoff and LogOnce --------------------------------------------------------------------------------------
+# -- Backoff ----------------------------------------------------------------------------------------------------
 
 
 def test_a_backoff_on_the_loop_clock_waits_1_2_4_and_ignores_failures_while_waiting() -> None:
@@ -248,37 +112,6 @@ def test_a_backoff_on_the_loop_clock_waits_1_2_4_and_ignores_failures_while_wait
         return seen
 
     assert virtual(main) == [(0.0, 1.0), (0.5, 0.5), (1.0, 2.0), (3.0, 4.0), (4.0, 3.0)]
-
-
-def test_a_backoff_stops_doubling_at_its_cap() -> None:
-    async def main(clock: LoopClock) -> list[float]:
-        backoff = Backoff(base_s=1.0, cap_s=60.0, clock=clock)
-        waits = []
-        for _ in range(8):
-            wait = backoff.failed()
-            waits.append(wait)
-            await clock.sleep(wait)
-        return [*waits, clock.monotonic()]
-
-    assert virtual(main) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 183.0]
-
-
-def test_a_repeated_warning_is_logged_once_a_minute_with_what_it_held_back(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    async def main(clock: LoopClock) -> None:
-        log_once = LogOnce(logger, clock=clock)
-        for _ in range(13):  # every 10 s for two minutes
-            log_once.warning("cloud", "the cloud is slow")
-            await clock.sleep(10)
-
-    caplog.set_level(logging.WARNING, logger.name)
-    virtual(main)
-    assert [record.getMessage() for record in caplog.records] == [
-        "the cloud is slow",
-        "the cloud is slow (repeated 5 more times)",
-        "the cloud is slow (repeated 5 more times)",
-    ]
 
 
 # -- the scale-set listener -----------------------------------------------------------------------------------
@@ -309,27 +142,6 @@ def test_a_listener_whose_pool_is_gone_tries_again_after_1_2_4_and_8s(store: Sto
     asked, state, since, error = virtual(main)
     assert asked == [0.0, 1.0, 3.0, 7.0, 15.0]
     assert (state, since, error) == (SessionState.FAILING, START, "'gone'")
-
-
-# -- LeaseKeeper ----------------------------------------------------------------------------------------------
-
-
-def test_on_sqlite_the_keeper_holds_every_pool_through_a_minute_of_ticks(store: Store) -> None:
-    async def main(clock: LoopClock) -> tuple[float, list[tuple[set[str], set[str]]], bool, Any]:
-        keeper = LeaseKeeper(
-            store, "replica-a", lease_s=30.0, busy=lambda pool: False, log_once=LogOnce(logger), clock=clock
-        )
-        keeper.wanted = {"small", "large"}
-        ticks = []
-        while clock.monotonic() < 60:
-            ticks.append(await keeper.tick())
-            await clock.sleep(keeper.renew_every_s)
-        return keeper.renew_every_s, ticks, keeper.holds("small") and keeper.holds("large"), keeper.fence("small")
-
-    renew_every, ticks, holds, fence = virtual(main)
-    assert renew_every == 10.0
-    assert ticks == [(set(), set())] * 6
-    assert (holds, fence) == (True, None)
 
 
 # -- PoolPauses -----------------------------------------------------------------------------------------------
