@@ -140,9 +140,9 @@ class Creator:
         """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
 
     async def came_online(self, runner: Runner) -> None:
-        """A runner came online: the whole way from intent to runner works, so any backoff ends (its pool's,
-        and its cloud's for the pool) that began before the runner was created. (A create the cloud accepted is
-        not enough: a server that then goes to ERROR is a failure too.)"""
+        """A runner came online: the whole way from intent to runner works, so the backoffs end (its pool's,
+        and its cloud's for the pool); a quota wait only if the runner was created after it began (`PoolPauses`).
+        (A create the cloud accepted is not enough: a server that then goes to ERROR is a failure too.)"""
         await self.pauses.cloud_succeeded(runner.pool, self._cloud_of(runner), runner.created_at)
         if await self.pauses.succeeded(runner.pool, runner.created_at):
             logger.info("pool %s: a runner came online; creating at full speed again", runner.pool)

@@ -1,9 +1,12 @@
 """Each pool's create backoff: in memory for the scaler's every pass, in the database for the next holder.
 
 A pool whose creates keep failing (a broken image, a full quota, GitHub refusing JIT configs) is paused
-for longer after each failure, and a runner coming online ends the pause, if it was created after the last
-failure: a runner that was already booting when the cloud refused a create (or put a server in ERROR for quota)
-says nothing of whether the next create will pass. The holder of the pool keeps the
+for longer after each failure, and a runner coming online ends the pause: the whole way from intent to runner
+works. Except for a wait with a floor (quota: the cloud refused a create, or put a server in ERROR, for quota):
+only a runner created after it began ends that one, since a runner already booting then uses the very headroom
+that ran out and says nothing of the next create. (A runner created beside one the cloud answered 500 does
+prove the cloud works: with 20% of creates failing, parallel creates always have a failed sibling, and
+waiting for a runner created after the last failure kept a busy pool at the 60 s cap.) The holder keeps the
 backoff in memory and writes each change to the pool's status row; a replica that takes the pool over (or
 corral restarting) reads it back, so a failover does not retry a broken cloud at full speed.
 
@@ -39,9 +42,10 @@ class PoolPauses:
         self._store = store
         self._log_once = log_once
         self._clock = as_clock(clock, wall_clock)
-        self._last_failed: dict[tuple[str, str | None], datetime] = {}
-        """When each backoff (a pool's: cloud None; or a pool's in a cloud) last heard of a failure, by the
-        clock runners' `created_at` is read with: only a runner created since can end it."""
+        self._ended_only_after: dict[tuple[str, str | None], datetime] = {}
+        """For a backoff (a pool's: cloud None; or a pool's in a cloud) that only a runner created after a
+        moment can end, that moment, by the clock runners' `created_at` is read with: its last quota failure,
+        or when it was restored from the store (the runners booting then are the old holder's)."""
         self._backoffs: dict[str, Backoff] = {}
         self._cloud_backoffs: dict[str, dict[str, Backoff]] = {}
         """Per pool, per cloud it failed: for pools placed in several clouds."""
@@ -57,7 +61,8 @@ class PoolPauses:
     async def failed(self, pool: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed: the seconds until the next one."""
         backoff = self._backoffs.setdefault(pool, Backoff(clock=self._clock))
-        self._last_failed[(pool, None)] = self._clock.now()
+        if at_least_s > 0:
+            self._ended_only_after[(pool, None)] = self._clock.now()
         wait, changed = _failed(backoff, at_least_s)
         if changed:
             await self._write(pool, backoff)
@@ -66,9 +71,10 @@ class PoolPauses:
     async def succeeded(self, pool: str, created_at: datetime) -> bool:
         """A runner of the pool, created at `created_at`, came online; True if that ended a backoff."""
         backoff = self._backoffs.get(pool)
-        if backoff is None or not backoff.failures or not self._created_since_failure(pool, None, created_at):
+        if backoff is None or not backoff.failures or not self._may_end(pool, None, created_at):
             return False
         backoff.succeeded()
+        self._ended_only_after.pop((pool, None), None)
         await self._write(pool, backoff)
         return True
 
@@ -84,7 +90,8 @@ class PoolPauses:
     async def cloud_failed(self, pool: str, cloud: str, at_least_s: float = 0.0) -> float:
         """A create of the pool failed in `cloud`: the seconds until the next one there."""
         backoff = self._cloud_backoffs.setdefault(pool, {}).setdefault(cloud, Backoff(clock=self._clock))
-        self._last_failed[(pool, cloud)] = self._clock.now()
+        if at_least_s > 0:
+            self._ended_only_after[(pool, cloud)] = self._clock.now()
         wait, changed = _failed(backoff, at_least_s)
         if changed:
             await self._write_clouds(pool)
@@ -94,17 +101,17 @@ class PoolPauses:
         """A runner of the pool, created at `created_at`, came online in `cloud`: it serves the pool again,
         if that runner was created after the cloud last failed the pool."""
         backoff = self._cloud_backoffs.get(pool, {}).get(cloud)
-        if backoff is None or not backoff.failures or not self._created_since_failure(pool, cloud, created_at):
+        if backoff is None or not backoff.failures or not self._may_end(pool, cloud, created_at):
             return
         backoff.succeeded()
+        self._ended_only_after.pop((pool, cloud), None)
         await self._write_clouds(pool)
 
-    def _created_since_failure(self, pool: str, cloud: str | None, created_at: datetime) -> bool:
-        """Whether a runner created at `created_at` tried the way after the backoff's last failure. (A backoff
-        restored from the store has no failure time: it counts from the restore, the runners booting then
-        being the old holder's.)"""
-        failed_at = self._last_failed.get((pool, cloud))
-        return failed_at is None or created_at >= failed_at
+    def _may_end(self, pool: str, cloud: str | None, created_at: datetime) -> bool:
+        """Whether a runner created at `created_at` coming online ends the backoff: any runner ends a backoff
+        from errors; a quota wait or a restored backoff, only one created since."""
+        since = self._ended_only_after.get((pool, cloud))
+        return since is None or created_at >= since
 
     def restore(self, statuses: Mapping[str, PoolStatus], taken: Callable[[str], bool]) -> None:
         """Take the backoffs of the pools this replica has just taken from their status rows (which are the
@@ -115,7 +122,7 @@ class PoolPauses:
                 continue
             self._restore_clouds(name, status.cloud_backoffs or {})
             if status.create_failures:
-                self._last_failed[(name, None)] = now
+                self._ended_only_after[(name, None)] = now
             remaining = (status.create_paused_until - now).total_seconds() if status.create_paused_until else 0.0
             if not status.create_failures and remaining <= 0:
                 self._backoffs.pop(name, None)
@@ -148,7 +155,7 @@ class PoolPauses:
                 backoffs[cloud] = Backoff(
                     clock=self._clock, failures=failures, until=self._clock.monotonic() + max(remaining, 0)
                 )
-                self._last_failed[(pool, cloud)] = now
+                self._ended_only_after[(pool, cloud)] = now
         if backoffs:
             self._cloud_backoffs[pool] = backoffs
             logger.info("pool %s: clouds still backing off for it: %s", pool, ", ".join(sorted(backoffs)))

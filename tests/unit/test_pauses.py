@@ -65,28 +65,47 @@ def test_a_runner_booting_before_the_cloud_failed_the_pool_does_not_end_its_back
     assert asyncio.run(scenario()) == (595.0, 0.0, 0)
 
 
-def test_a_pool_pause_ends_only_for_a_runner_created_after_the_last_failure(tmp_path: Path) -> None:
-    """Failures at 0 s and 1.5 s (a 1 s then a 2 s pause): a runner created at 1 s, between them, coming online
-    at 2 s leaves the pause; the trial runner created at 3.5 s, when it ran out, ends it."""
+def test_runners_created_beside_a_create_the_cloud_answered_500_end_the_pool_pause(tmp_path: Path) -> None:
+    """Four creates at once, the cloud answering 500 to one (1 s pause): the three others come online and end
+    it. (Ending it only for a runner created after the failure kept a busy pool with 20% of creates failing at
+    the 60 s cap, and a replica served no job of it for a minute: every batch had a failed sibling.)"""
     clocks = Clocks()
     paused = pauses(tmp_path, clocks)
 
-    async def scenario() -> list[tuple[bool, int]]:
-        seen = []
+    async def scenario() -> list[tuple[bool, int, float]]:
+        batch = clocks.wall()
+        clocks.elapsed = 0.2
         assert await paused.failed("small") == 1.0
+        clocks.elapsed = 0.4
+        first = await paused.succeeded("small", batch)
+        seen = [(first, paused.failures("small"), paused.remaining_s("small"))]
+        seen.append((await paused.succeeded("small", batch), paused.failures("small"), paused.remaining_s("small")))
+        return seen
+
+    assert asyncio.run(scenario()) == [(True, 0, 0.0), (False, 0, 0.0)]
+
+
+def test_a_pool_quota_wait_ends_only_for_a_runner_created_after_it_began(tmp_path: Path) -> None:
+    """A create refused for quota at 1.5 s (at least 30 s): a runner created at 1 s, using the headroom that
+    ran out, coming online at 2 s leaves the wait; one created at 3 s, after it, ends it at 40 s."""
+    clocks = Clocks()
+    paused = pauses(tmp_path, clocks)
+
+    async def scenario() -> list[tuple[bool, int, float]]:
+        seen = []
         clocks.elapsed = 1.0
         between = clocks.wall()
         clocks.elapsed = 1.5
-        assert await paused.failed("small") == 2.0
+        assert await paused.failed("small", at_least_s=30.0) == 30.0
         clocks.elapsed = 2.0
-        seen.append((await paused.succeeded("small", between), paused.failures("small")))
-        clocks.elapsed = 3.5
-        trial = clocks.wall()
+        seen.append((await paused.succeeded("small", between), paused.failures("small"), paused.remaining_s("small")))
+        clocks.elapsed = 3.0
+        after = clocks.wall()
         clocks.elapsed = 40.0
-        seen.append((await paused.succeeded("small", trial), paused.failures("small")))
+        seen.append((await paused.succeeded("small", after), paused.failures("small"), paused.remaining_s("small")))
         return seen
 
-    assert asyncio.run(scenario()) == [(False, 2), (True, 0)]
+    assert asyncio.run(scenario()) == [(False, 1, 29.5), (True, 0, 0.0)]
 
 
 def test_a_replica_taking_a_paused_pool_over_keeps_it_paused_for_exactly_what_was_left(tmp_path: Path) -> None:
