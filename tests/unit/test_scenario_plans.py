@@ -1,0 +1,161 @@
+"""Scenarios the end-to-end suite once ran a whole corral and sandbox for, only to see a decision: each is
+stated here as the passes it takes, every pass a `PoolContext`, and the exact plan `plan_pool` answers.
+
+What a pass reads through I/O is built here from the same pure functions the scaler calls: the demand of a
+webhook pool (`DemandTuning.judge`, then `cap_per_repository` under `max_runners_per_repo`) and the quota's
+claims (`QuotaBudget.claim`, a claim per planned create)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from corral.config import CorralConfig, parse_config
+from corral.engine.planning import Create, PoolContext, covered_jobs, plan_pool
+from corral.model import CAPACITY_STATES, QueuedJob, Reason, Runner, RunnerState
+from corral.policy import DemandTuning, cap_per_repository
+
+NOW = datetime(2026, 12, 4, 9, 30, tzinfo=UTC)
+ORG_SCOPE = "org:octo-org"
+MATRIX = "octo-org/matrix"
+OLD, NEW = "img-old", "img-new"
+
+IDLE, BUSY, BOOTING = RunnerState.IDLE, RunnerState.BUSY, RunnerState.BOOTING
+
+
+def config(pools: dict[str, dict[str, Any]]) -> CorralConfig:
+    specs = {
+        name: {
+            "scope": {"org": "octo-org"},
+            "labels": [name],
+            "image": "ubuntu",
+            "flavor": "m1.small",
+            "networks": ["private"],
+            "idle_grace": "60s",
+            **spec,
+        }
+        for name, spec in pools.items()
+    }
+    return parse_config({"github": {"token": "ghp_x"}, "pools": specs, "default_pool": next(iter(pools))})
+
+
+def runner(
+    runner_id: str,
+    state: RunnerState,
+    *,
+    pool: str = "shared",
+    job_id: int | None = None,
+    scope: str = ORG_SCOPE,
+    image: str | None = None,
+) -> Runner:
+    """A runner of `pool` in `state` since a minute before the pass (created two minutes before that)."""
+    changed = NOW - timedelta(minutes=1)
+    return Runner(
+        id=runner_id,
+        pool=pool,
+        scope=scope,
+        state=state,
+        name=f"corral-{pool}-{runner_id}",
+        labels=(pool,),
+        reason=Reason.DEMAND if job_id is not None else Reason.WARM,
+        message=None,
+        created_at=changed - timedelta(minutes=2),
+        state_changed_at=changed,
+        job_id=job_id,
+        image_id=image,
+        cloud="default",
+    )
+
+
+def queued(first_id: int, repositories: Sequence[str]) -> list[QueuedJob]:
+    """Jobs `first_id`, `first_id + 1`, ... of these repositories, queued a second apart in that order."""
+    start = NOW - timedelta(seconds=30)
+    return [
+        QueuedJob(
+            id=first_id + index,
+            received_at=start + timedelta(seconds=first_id + index),
+            checked_at=None,
+            repository=repository,
+        )
+        for index, repository in enumerate(repositories)
+    ]
+
+
+def context(
+    cfg: CorralConfig, pool: str, runners: Sequence[Runner], jobs: Sequence[QueuedJob], **fields: Any
+) -> PoolContext:
+    """A ready webhook pool's pass at NOW, its demand judged as the scaler judges it: every queued job read
+    (oldest first), those whose repository holds `max_runners_per_repo` runners already capped."""
+    demand = DemandTuning.of(cfg).judge(jobs, NOW)
+    cap = cfg.pools[pool].max_runners_per_repo
+    if cap is not None:
+        holdings = Counter(
+            each.scope.removeprefix("repo:")
+            for each in runners
+            if each.scope.startswith("repo:") and each.state in CAPACITY_STATES
+        )
+        demand = cap_per_repository(demand, jobs, covered=covered_jobs(runners), holdings=holdings, cap=cap)
+    return PoolContext(
+        name=pool,
+        config=cfg,
+        now=NOW,
+        wall=NOW,
+        runners=tuple(runners),
+        states=Counter(each.state for each in runners),
+        queued=tuple(jobs),
+        queued_count=len(jobs),
+        wanted=tuple(demand.wanted),
+        held=tuple(demand.held),
+        usable_clouds=("default",),
+        **fields,
+    )
+
+
+def for_jobs(jobs: Sequence[QueuedJob], *, per_repo: bool = True) -> list[Create]:
+    return [Create(job.id, Reason.DEMAND, f"repo:{job.repository}" if per_repo else ORG_SCOPE) for job in jobs]
+
+
+def busy_for(jobs: Sequence[QueuedJob], *, pool: str = "shared", per_repo: bool = True) -> list[Runner]:
+    """A busy runner for each job, registered at its repository (`per_repo`) or at the organisation."""
+    return [
+        runner(f"r{job.id}", BUSY, pool=pool, job_id=job.id, scope=f"repo:{job.repository}" if per_repo else ORG_SCOPE)
+        for job in jobs
+    ]
+
+
+# --- max_runners_per_repo: a matrix holds at most its cap, others are served beside it -----------------------
+# Was tests/test_fair_share.py (a 40-job matrix and 8 other jobs through a corral and the sandbox).
+
+FAIR = config({"shared": {"max_runners": 8, "max_runners_per_repo": 3}})
+MATRIX_JOBS = queued(1, [MATRIX] * 40)
+OTHER_JOBS = queued(41, [f"octo-org/app-{index % 4}" for index in range(8)])
+
+
+def test_a_matrix_queued_first_gets_its_cap_and_the_jobs_queued_after_it_the_rest_of_the_pool() -> None:
+    plan = plan_pool(context(FAIR, "shared", [], [*MATRIX_JOBS, *OTHER_JOBS]))
+    assert list(plan.creates) == for_jobs([*MATRIX_JOBS[:3], *OTHER_JOBS[:5]])
+    assert (plan.desired, plan.queued_total, plan.held_jobs, plan.retires) == (8, 48, 0, ())
+
+
+def test_a_matrix_at_its_cap_gets_no_runner_while_the_pool_has_room_for_others() -> None:
+    """The matrix runs 3 jobs and 4 other jobs run: the one free place goes to the oldest other job (46), not
+    to the matrix's older job 4."""
+    running = busy_for([*MATRIX_JOBS[:3], *OTHER_JOBS[:4]])
+    plan = plan_pool(context(FAIR, "shared", running, [*MATRIX_JOBS[3:], *OTHER_JOBS[5:]]))
+    assert list(plan.creates) == for_jobs([OTHER_JOBS[5]])
+    assert plan.desired == 8
+
+
+def test_once_every_other_job_has_its_runner_the_matrix_waits_for_its_own_runners_not_for_room() -> None:
+    """The pool has room for two more, but the matrix holds its 3: nothing is created for it."""
+    running = busy_for([*MATRIX_JOBS[:3], *OTHER_JOBS[:3]])
+    plan = plan_pool(context(FAIR, "shared", running, MATRIX_JOBS[3:]))
+    assert (plan.creates, plan.desired) == ((), 6)
+
+
+def test_a_matrix_job_ending_makes_room_for_the_matrixs_oldest_waiting_job() -> None:
+    running = busy_for([*MATRIX_JOBS[1:3], *OTHER_JOBS[:5]])
+    plan = plan_pool(context(FAIR, "shared", running, [*MATRIX_JOBS[3:], *OTHER_JOBS[5:]]))
+    assert list(plan.creates) == for_jobs([MATRIX_JOBS[3]])
