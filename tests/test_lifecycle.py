@@ -220,18 +220,6 @@ def test_a_runner_that_deregistered_itself_after_its_job_costs_no_delete_call(
     assert deletes <= 4, f"{deletes} registration deletes for 40 runners that had deregistered themselves"
 
 
-def test_max_runners_caps_a_burst(
-    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
-) -> None:
-    corral = start_corral(
-        document=corral_config(sandbox.info, database_url, {"small": pool_spec(["small"], max_runners=4)})
-    )
-    burst = {"jobs": [{"repo": f"{ORG}/app", "labels": ["small"], "duration": 5} for _ in range(10)]}
-    control.post("/trace", json=burst).raise_for_status()
-    converge(corral, lambda: pools_view(corral)["small"]["busy"] == 4, "four busy")
-    assert control.get("/stats").json()["cloud"]["servers"] == 4, "never more than max_runners"
-
-
 def test_a_job_cancelled_while_waiting_gets_no_runner(
     sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
 ) -> None:

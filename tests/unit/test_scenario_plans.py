@@ -159,3 +159,22 @@ def test_a_matrix_job_ending_makes_room_for_the_matrixs_oldest_waiting_job() -> 
     running = busy_for([*MATRIX_JOBS[1:3], *OTHER_JOBS[:5]])
     plan = plan_pool(context(FAIR, "shared", running, [*MATRIX_JOBS[3:], *OTHER_JOBS[5:]]))
     assert list(plan.creates) == for_jobs([MATRIX_JOBS[3]])
+
+
+# --- max_runners caps a burst --------------------------------------------------------------------------------
+# Was tests/test_lifecycle.py::test_max_runners_caps_a_burst (ten jobs, max_runners 4: four busy, four servers).
+
+CAPPED = config({"small": {"max_runners": 4}})
+BURST = queued(1, ["octo-org/app"] * 10)
+
+
+def test_a_burst_of_ten_jobs_in_a_pool_of_four_starts_four_runners_for_the_oldest_jobs() -> None:
+    plan = plan_pool(context(CAPPED, "small", [], BURST))
+    assert list(plan.creates) == for_jobs(BURST[:4], per_repo=False)
+    assert (plan.desired, plan.queued_total) == (4, 10)
+
+
+def test_with_four_runners_busy_the_other_six_jobs_wait_for_them() -> None:
+    running = busy_for(BURST[:4], pool="small", per_repo=False)
+    plan = plan_pool(context(CAPPED, "small", running, BURST[4:]))
+    assert (plan.creates, plan.retires, plan.desired, plan.queued_total) == ((), (), 4, 6)
