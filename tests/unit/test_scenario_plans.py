@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from corral.cloud.quota import Headroom, ServerCost
 from corral.config import CorralConfig, parse_config
-from corral.engine.planning import Create, PoolContext, covered_jobs, plan_pool
+from corral.engine.planning import Create, PoolContext, PoolPlan, covered_jobs, plan_pool
+from corral.engine.quota import QuotaBudget
 from corral.model import CAPACITY_STATES, QueuedJob, Reason, Runner, RunnerState
 from corral.policy import DemandTuning, cap_per_repository
 
@@ -178,3 +180,53 @@ def test_with_four_runners_busy_the_other_six_jobs_wait_for_them() -> None:
     running = busy_for(BURST[:4], pool="small", per_repo=False)
     plan = plan_pool(context(CAPPED, "small", running, BURST[4:]))
     assert (plan.creates, plan.retires, plan.desired, plan.queued_total) == ((), (), 4, 6)
+
+
+# --- two pools sharing a quota of ten ------------------------------------------------------------------------
+# Was tests/test_quota.py::test_two_pools_sharing_a_quota_of_ten_serve_a_hundred_jobs_with_no_create_refused.
+
+SHARING = config({"small": {"max_runners": 10}, "large": {"max_runners": 10}})
+SERVER = ServerCost(cores=1, ram_mb=1024)
+
+
+def claimed(quota: QuotaBudget, plan: PoolPlan, pool: str) -> int:
+    """The creates of a pass the quota lets through, as the scaler claims them (each bound to its runner)."""
+    keys, _ = quota.claim(
+        SERVER, len(plan.creates), pool=pool, for_jobs=sum(1 for create in plan.creates if create.job_id)
+    )
+    for index, key in enumerate(keys):
+        quota.bind(key, f"{pool}-{index}")
+    return len(keys)
+
+
+def test_two_pools_sharing_a_quota_of_ten_never_create_more_than_it_holds_and_the_second_waits_for_the_room() -> None:
+    now = [0.0]
+    quota = QuotaBudget(lambda: now[0])
+    quota.refresh(Headroom(instances=10), read_began_at=0.0)
+    small_jobs, large_jobs = queued(1, ["octo-org/app"] * 7), queued(8, ["octo-org/app"] * 6)
+
+    small = plan_pool(context(SHARING, "small", [], small_jobs))
+    assert list(small.creates) == for_jobs(small_jobs, per_repo=False)
+    assert claimed(quota, small, "small") == 7
+    large = plan_pool(context(SHARING, "large", [], large_jobs))
+    assert list(large.creates) == for_jobs(large_jobs, per_repo=False)
+    assert claimed(quota, large, "large") == 3, "the ten instances hold the small pool's seven and three more"
+    assert quota.waiting("large") == 3
+
+    # The creates answered; a reading begun after them counts their ten servers: nothing is left.
+    now[0] = 1.0
+    for index in range(7):
+        quota.finished(f"small-{index}")
+    for index in range(3):
+        quota.finished(f"large-{index}")
+    quota.refresh(Headroom(instances=0), read_began_at=2.0)
+    booting = [runner(f"l{job.id}", BOOTING, pool="large", job_id=job.id) for job in large_jobs[:3]]
+    large = plan_pool(context(SHARING, "large", booting, large_jobs))
+    assert list(large.creates) == for_jobs(large_jobs[3:], per_repo=False)
+    assert claimed(quota, large, "large") == 0, "no create the quota would refuse is sent"
+    assert quota.waiting("large") == 3
+
+    # The small pool's jobs are done and its servers deleted: the next reading has their room.
+    quota.refresh(Headroom(instances=7), read_began_at=3.0)
+    assert claimed(quota, large, "large") == 3
+    assert quota.left() == Headroom(instances=4)
