@@ -17,7 +17,7 @@ from corral.cloud.provider import ServerSpec
 from corral.config import ConfigError, parse_config
 from corral.engine.rollouts import Rollouts
 from corral.images import ImageFilter
-from corral.model import STARTING_STATES, Reason, Runner, RunnerState
+from corral.model import Reason, Runner, RunnerState
 from corral.policy import Outdated, Replacement, plan_replacements, retirement_order
 from corral_sandbox.cloud.seed import seeded_id
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_connection
@@ -149,41 +149,6 @@ def test_a_new_upload_replaces_idle_runners_max_surge_at_a_time_and_leaves_busy_
         assert pools_by_name(api)["linux"]["rollout"] is None, "the new image came online: it is in service"
     started = corral.runners(pool="linux")
     assert sum(runner.image_id == new for runner in started) == 10, "no replacement was started twice"
-
-
-STREAM = 90
-"""Jobs of the steady stream, one a second."""
-
-
-def test_a_rollout_finishes_under_a_steady_stream_of_a_job_a_second(
-    sandbox: Sandbox, start_corral: StartCorral, database_url: str, control: httpx.Client
-) -> None:
-    """With a job a second, and GitHub handing each job to the newest idle runner (it promises no order), no
-    free runner is left on the old image before the stream's last job, and replacements were started
-    (`image_rollout`). A replacement is its old runner's successor, not one more free runner: counted as free
-    too, each replacement was taken by the next job the moment it came online while the last old runner stayed
-    idle, and the rollout never ended. That a pass creating for demand replaces too is pinned on the decision
-    itself (`test_a_pass_that_creates_for_demand_still_replaces_max_surge_outdated_runners`)."""
-    control.put("/faults", json={"world": {"runner_choice": "newest"}}).raise_for_status()
-    tuning = {"pool_recheck": "1s"}
-    corral = start_corral(document=corral_config(sandbox.info, database_url, {"linux": image_pool()}, tuning=tuning))
-    old = seeded_image(sandbox, "ubuntu-24.04-runner")
-    wait_until(lambda: idle_images(corral) == [old] * 10, timeout=60, what="ten warm runners on the seeded image")
-    stream = [{"at": float(i), "repo": f"{ORG}/app", "labels": ["linux"], "duration": 1.0} for i in range(STREAM)]
-    control.post("/trace", json={"jobs": stream}).raise_for_status()
-    wait_until(lambda: corral.runners(pool="linux", states=[RunnerState.BUSY]), what="the stream's first job running")
-    new = upload(sandbox, "ubuntu-24.04-runner-20261202", {"os_distro": "ubuntu"}, ["runner"])
-
-    def free_on_old_image() -> list[Runner]:
-        free = corral.runners(pool="linux", states=[*STARTING_STATES, RunnerState.IDLE])
-        return [runner for runner in free if runner.image_id == old]
-
-    wait_until(lambda: not free_on_old_image(), timeout=STREAM, what="no free runner left on the old image")
-    submitted = len(control.get("/jobs").json())
-    assert submitted < STREAM, f"the rollout finished after the stream's last job ({submitted} of {STREAM} submitted)"
-    rolled = [r for r in corral.runners(pool="linux") if r.image_id == new]
-    assert rolled, "the new upload's runners"
-    assert any(Reason.IMAGE_ROLLOUT in {e.reason for e in corral.events(r.id)} for r in rolled), "replacements"
 
 
 def test_a_replacement_is_made_in_the_cloud_of_the_runner_it_replaces_not_the_pools_first(

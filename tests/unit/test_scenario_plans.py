@@ -17,7 +17,7 @@ from corral.config import CorralConfig, parse_config
 from corral.engine.planning import Create, PoolContext, PoolPlan, covered_jobs, plan_pool
 from corral.engine.quota import QuotaBudget
 from corral.model import CAPACITY_STATES, QueuedJob, Reason, Runner, RunnerState
-from corral.policy import DemandTuning, cap_per_repository
+from corral.policy import DemandTuning, Replacement, cap_per_repository
 
 NOW = datetime(2026, 12, 4, 9, 30, tzinfo=UTC)
 ORG_SCOPE = "org:octo-org"
@@ -230,3 +230,55 @@ def test_two_pools_sharing_a_quota_of_ten_never_create_more_than_it_holds_and_th
     quota.refresh(Headroom(instances=7), read_began_at=3.0)
     assert claimed(quota, large, "large") == 3
     assert quota.left() == Headroom(instances=4)
+
+
+# --- a rollout under a steady stream of jobs -----------------------------------------------------------------
+# Was tests/test_images.py::test_a_rollout_finishes_under_a_steady_stream_of_a_job_a_second (with GitHub
+# handing each job to the newest idle runner, the rollout once never ended while jobs came).
+
+ROLLING = config({"linux": {"min_idle": 10, "max_runners": 20, "rollout": {"max_surge": 2}}})
+
+
+def rolling(runners: Sequence[Runner], jobs: Sequence[QueuedJob], replacing: dict[str, str]) -> PoolContext:
+    return context(ROLLING, "linux", runners, jobs, kept_images={"linux": frozenset({NEW})}, replacing=replacing)
+
+
+def old_idle(count: int) -> list[Runner]:
+    return [runner(f"o{index}", IDLE, pool="linux", image=OLD) for index in range(count)]
+
+
+def test_a_pass_that_creates_for_the_streams_job_still_replaces_max_surge_outdated_runners() -> None:
+    job = queued(1, ["octo-org/app"])
+    plan = plan_pool(rolling(old_idle(10), job, {}))
+    assert list(plan.creates) == for_jobs(job, per_repo=False)
+    assert plan.replacements(len(plan.creates)) == [Replacement("o0", "default"), Replacement("o1", "default")]
+    assert (plan.retires, plan.rollout.reason) == ((), Reason.IMAGE_ROLLOUT)
+
+
+def test_a_job_arriving_while_replacements_boot_gets_a_runner_of_its_own_and_no_replacement_is_doubled() -> None:
+    """The replacements n0 and n1 of o0 and o1 boot: each is its runner's successor, not one more free runner,
+    so the job gets a runner of its own (counted free, a replacement taken by the job would leave its old runner
+    idle for ever), and max_surge is spent."""
+    booting = [runner(f"n{index}", BOOTING, pool="linux", image=NEW) for index in range(2)]
+    job = queued(1, ["octo-org/app"])
+    plan = plan_pool(rolling([*old_idle(10), *booting], job, {"n0": "o0", "n1": "o1"}))
+    assert list(plan.creates) == for_jobs(job, per_repo=False)
+    assert (plan.replacements(len(plan.creates)), plan.retires) == ([], ())
+
+
+def test_a_replacement_online_retires_its_old_runner_which_with_the_one_booting_spends_max_surge() -> None:
+    """n0 came online while o0 idles: o0 is the surplus and goes now. Its retirement and n1, still booting
+    for o1, are the two in flight max_surge allows: no third replacement starts this pass."""
+    new = [runner("n0", IDLE, pool="linux", image=NEW), runner("n1", BOOTING, pool="linux", image=NEW)]
+    plan = plan_pool(rolling([*old_idle(10), *new], [], {"n0": "o0", "n1": "o1"}))
+    assert [(retire.runner_id, retire.reason) for retire in plan.retires] == [("o0", Reason.IMAGE_ROLLOUT)]
+    assert (plan.creates, plan.rollout.in_flight, plan.replacements(0)) == ((), 2, [])
+
+
+def test_once_the_replaced_runner_is_gone_the_next_outdated_one_is_replaced() -> None:
+    """o0 is gone and n0 is the pool's warm runner; n1 still boots for o1: one more replacement fits."""
+    runners = [*old_idle(10)[1:], runner("n0", IDLE, pool="linux", image=NEW)]
+    runners.append(runner("n1", BOOTING, pool="linux", image=NEW))
+    plan = plan_pool(rolling(runners, [], {"n1": "o1"}))
+    assert (plan.creates, plan.retires) == ((), ())
+    assert plan.replacements(0) == [Replacement("o2", "default")]
