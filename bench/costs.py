@@ -29,6 +29,7 @@ from corral.store.intake import Intake
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from corral_sandbox.world import Timings
+from tests.seeding import seed_idle_runners
 from tests.store_urls import postgres_url, sqlite_url
 
 QUIET = {"reconcile_interval": "1h", "missed_job_scan": "1h", "stale_job_check": "1h"}
@@ -71,12 +72,21 @@ def intake(database: str, urls: AbstractContextManager[str]) -> None:
         store.close()
 
 
-def start(sandbox: Sandbox, folder: Path, name: str, **pool: Any) -> LocalCorral:
+def start(sandbox: Sandbox, folder: Path, name: str, *, idle: int = 0, **pool: Any) -> LocalCorral:
+    """corral with one pool, `small`, started once `idle` idle runners of it are in place (`tests.seeding`: what
+    corral's creates would leave, without the minute a thousand of them take)."""
     document = corral_config(
         sandbox.info, f"sqlite:///{folder / name}.db", {"small": pool_spec(["small"], **pool)}, **QUIET
     )
     document["cloud"]["max_concurrent_creates"] = 32
-    return LocalCorral(sandbox.info, folder / f"{name}.yaml", document).start()
+    corral = LocalCorral(sandbox.info, folder / f"{name}.yaml", document)
+    try:
+        if idle:
+            seed_idle_runners(corral, sandbox, "small", idle)
+    except BaseException:
+        corral.service.close()
+        raise
+    return corral.start()
 
 
 def settled(corral: LocalCorral, done: Any, limit: int = 1000) -> int:
@@ -89,11 +99,11 @@ def settled(corral: LocalCorral, done: Any, limit: int = 1000) -> int:
 
 
 def passes(sandbox: Sandbox, control: httpx.Client, folder: Path, sizes: list[int]) -> None:
-    """One look and the passes after it, over N idle runners."""
+    """One look and the passes after it, over N idle runners (seeded; the first passes find them all idle)."""
     for size in sizes:
         control.post("/reset").raise_for_status()
         control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
-        corral = start(sandbox, folder, f"pass-{size}", min_idle=size, max_runners=max(size, 1))
+        corral = start(sandbox, folder, f"pass-{size}", idle=size, min_idle=size, max_runners=max(size, 1))
         try:
             settled(corral, lambda up=corral, want=size: len(up.runners(states=[RunnerState.IDLE])) == want)
             corral.settle()

@@ -15,7 +15,7 @@ import httpx
 import openstack.connection
 import pytest
 
-from corral.cloud.openstack import OpenStackProvider
+from corral.cloud.openstack import OpenStackProvider, ownership_tag
 from corral.cloud.provider import (
     META_INSTALLATION,
     META_POOL,
@@ -88,6 +88,27 @@ def test_boot_volume_with_extra_volumes_boots_from_the_volume(
     disks = attached(os_conn, server)
     assert [(v.size, v.volume_type, v.is_bootable) for v in disks] == [(3, "ssd", True), (1, "__DEFAULT__", False)]
     assert [v.attachments[0]["device"] for v in disks] == ["/dev/vda", "/dev/vdb"]
+
+
+def test_create_request_is_the_request_create_server_sends(
+    sandbox: Sandbox, provider: OpenStackProvider, os_conn: openstack.connection.Connection
+) -> None:
+    """What `tests.seeding` puts in place without corral must be what corral makes: the same request, sent
+    as it is, gives the same server as `create_server` (its name, runner and timestamps aside)."""
+    options: dict[str, Any] = {"volumes": (VolumeConfig(name="docker", size_gb=1),), "user_data": "#!/bin/sh\n"}
+    made = active(os_conn, provider.create_server(spec("made", **options)).id)
+    body, microversion = provider.create_request(spec("sent", **options))
+    response = os_conn.compute.post("/servers", json=body, microversion=microversion)
+    sent = active(os_conn, response.json()["server"]["id"])
+
+    def server(seen: Any) -> dict[str, Any]:
+        view = sandbox.call(lambda: sandbox.world.cloud.server(seen.id))
+        fields = ("flavor_id", "image_id", "security_groups", "user_data", "config_drive", "tags")
+        metadata = {key: value for key, value in view.metadata.items() if key != META_RUNNER}
+        return {"metadata": metadata, "volumes": len(view.attachments), **{f: getattr(view, f) for f in fields}}
+
+    assert server(sent) == server(made)
+    assert server(made)["tags"] == [ownership_tag("test")], "sent at a microversion with tags on create (2.52)"
 
 
 def test_novas_refusal_is_a_rejection_carrying_novas_message(
