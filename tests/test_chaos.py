@@ -33,7 +33,10 @@ def test_no_job_is_lost_while_corral_is_killed_and_the_world_misbehaves(database
         kills=3,
         seed=7,
         database="postgresql" if database == "postgresql" else "sqlite",
-        duration_s=50.0,
+        # Short jobs and boots, so that 100 jobs and three kills fit 25 s; the faults are the full bench's.
+        duration_s=25.0,
+        job_duration_s=(0.2, 1.0),
+        boot_delay_s=0.2,
         settle_s=90.0,
         drain_s=60.0,
         workdir=tmp_path,

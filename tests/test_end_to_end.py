@@ -1,5 +1,5 @@
-"""No job left behind: a trace of 200 jobs over several pools with webhooks lost and boots failing ends with
-every job completed, every server deleted and every registration gone."""
+"""No job left behind: a trace of 200 jobs (50 with a personal token) over several pools with webhooks lost
+and boots failing ends with every job completed, every server deleted and every registration gone."""
 
 from __future__ import annotations
 
@@ -54,9 +54,15 @@ def nothing_left(control: httpx.Client) -> bool:
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("auth", ["app", "token"])
+@pytest.mark.parametrize(
+    ("auth", "jobs"),
+    # The token run finds lost jobs by polling, which a smaller trace tests as well: its latency is the
+    # scan's, not the trace's; 200 jobs once (app) hold the load.
+    [("app", 200), ("token", 50)],
+    ids=["app-200", "token-50"],
+)
 def test_two_hundred_jobs_with_lost_webhooks_and_failed_boots_all_complete_and_nothing_leaks(
-    sandbox: Sandbox, control: httpx.Client, tmp_path: Path, auth: str
+    sandbox: Sandbox, control: httpx.Client, tmp_path: Path, auth: str, jobs: int
 ) -> None:
     document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", pools(), default_pool="small")
     document.update(missed_job_scan="3s", max_runners_per_job=6)
@@ -68,12 +74,12 @@ def test_two_hundred_jobs_with_lost_webhooks_and_failed_boots_all_complete_and_n
     control.put("/faults", json={"seed": 7, "world": {"boot_failure_rate": 0.1, **lost}}).raise_for_status()
     corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document).start()
     try:
-        assert control.post("/trace", json=trace(200, seed=11)).json()["scheduled"] == 200
+        assert control.post("/trace", json=trace(jobs, seed=11)).json()["scheduled"] == jobs
         started = time.monotonic()
-        # Alone it takes 80-140 s (the trace itself spans about a minute); beside the rest of the suite on two
-        # cores, with corral and the sandbox sharing this process, up to about 160 s was seen.
-        wait_until(lambda: everything_done(control, 200), timeout=240, what="all 200 jobs completed")
-        print(f"all 200 jobs completed in {time.monotonic() - started:.1f}s")
+        # Alone 200 jobs take 30-50 s (the trace itself spans 8 s); the bound is a deadline for a hang, not a
+        # measure: corral and the sandbox share this process beside the rest of the suite on two cores.
+        wait_until(lambda: everything_done(control, jobs), timeout=240, what=f"all {jobs} jobs completed")
+        print(f"all {jobs} jobs completed in {time.monotonic() - started:.1f}s")
         counters = control.get("/stats").json()["github"]["webhooks"]
         assert counters["dropped" if auth == "app" else "lost"] > 0, "the fault really was on"
         wait_until(lambda: nothing_left(control), timeout=60, what="no server, volume or registration left")

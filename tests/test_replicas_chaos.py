@@ -38,8 +38,8 @@ def three_replicas(stop: Literal["kill", "term"], workdir: Path, jobs: int = 300
         kills=3,
         seed=1,
         database="postgresql",
-        duration_s=60.0,
-        # Short jobs and boots, so that 300 fit the pools' 9 runners in about a minute.
+        duration_s=jobs / 5.0,
+        # Five jobs a second, short jobs and boots, so that 300 fit the pools' 9 runners in about a minute.
         job_duration_s=(0.1, 0.5),
         boot_delay_s=0.2,
         settle_s=90.0,
