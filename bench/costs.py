@@ -29,7 +29,7 @@ from corral.store.intake import Intake
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from corral_sandbox.world import Timings
-from tests.seeding import seed_idle_runners
+from tests.seeding import start_with_idle_runners
 from tests.store_urls import postgres_url, sqlite_url
 
 QUIET = {"reconcile_interval": "1h", "missed_job_scan": "1h", "stale_job_check": "1h"}
@@ -80,13 +80,7 @@ def start(sandbox: Sandbox, folder: Path, name: str, *, idle: int = 0, **pool: A
     )
     document["cloud"]["max_concurrent_creates"] = 32
     corral = LocalCorral(sandbox.info, folder / f"{name}.yaml", document)
-    try:
-        if idle:
-            seed_idle_runners(corral, sandbox, "small", idle)
-    except BaseException:
-        corral.service.close()
-        raise
-    return corral.start()
+    return start_with_idle_runners(corral, sandbox, "small", idle)
 
 
 def settled(corral: LocalCorral, done: Any, limit: int = 1000) -> int:

@@ -134,6 +134,18 @@ def seed_idle_runners(corral: LocalCorral, sandbox: Sandbox, pool: str, count: i
     )
 
 
+def start_with_idle_runners(corral: LocalCorral, sandbox: Sandbox, pool: str, count: int) -> LocalCorral:
+    """Start `corral` once `count` idle runners of `pool` are in place (none: just start it). A failed seeding
+    closes the service it opened, since a corral never started cannot be stopped."""
+    try:
+        if count:
+            seed_idle_runners(corral, sandbox, pool, count)
+    except BaseException:
+        corral.service.close()
+        raise
+    return corral.start()
+
+
 def _moved(corral: LocalCorral, transitions: list[Transition]) -> list[Runner]:
     """Apply the moves in one transaction, as the engine's mover would, each of which must hold."""
     moved = corral.service.store.run_blocking(runners.apply, transitions)

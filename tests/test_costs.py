@@ -21,7 +21,7 @@ from corral.store.database import Store
 from corral.store.intake import Intake
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
-from tests.seeding import seed_idle_runners
+from tests.seeding import start_with_idle_runners
 from tests.store_urls import postgres_url, sqlite_url
 from tests.waiting import wait_until
 
@@ -89,13 +89,7 @@ def quiet_corral(
     document = corral_config(sandbox.info, url, {"small": pool_spec(["small"], **pool)}, **QUIET)
     document["cloud"]["max_concurrent_creates"] = 32
     corral = LocalCorral(sandbox.info, tmp_path / "corral.yaml", document)
-    try:
-        if idle:
-            seed_idle_runners(corral, sandbox, "small", idle)
-    except BaseException:
-        corral.service.close()
-        raise
-    corral.start()
+    start_with_idle_runners(corral, sandbox, "small", idle)
 
     def ready() -> bool:
         """Every pool checked (a network listing) and its status row written: start-up's work, not a pass's."""
