@@ -156,18 +156,20 @@ class Scaler:
         counts those it retired against `max_surge`, so it starts replacements only on such passes.
 
         Gathers one `PoolContext`, asks `planning.plan_pool`, and carries the plan out."""
-        ctx = await self._context(name, current, states, deleting_known)
+        # One configuration for the whole pass, read with no await between (a reload swaps all three at once):
+        # a reload while the pass awaits the store or the quota changes nothing of it.
+        config, template, generation = self._config(), self._template(), self._generation()
+        ctx = await self._context(name, config, current, states, deleting_known)
         plan = plan_pool(ctx)
-        await self._execute(ctx, plan)
+        await self._execute(ctx, plan, template, generation)
         return plan.requeue_after
 
     async def _context(
-        self, name: str, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
+        self, name: str, config: CorralConfig, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
     ) -> PoolContext:
         """What the pass decides from, read once: the store's queued jobs, or a scale set's statistics and
         the runners GitHub gave up on; the quota's and the rollouts' readings; which runners the supervisor is
         busy with; the clock."""
-        config = self._config()
         pool = config.pools[name]
         ready, reason = self._readiness(name)
         drained = name in self._drained()
@@ -183,9 +185,9 @@ class Scaler:
             replaced_at = self._scale_sets.replaced_at(name)
         else:
             needed = jobs_needed(pool, current, states[RunnerState.BUSY], drained=drained)
-            queued, demand, exhausted = await self._demand(name, needed, current)
+            queued, demand, exhausted = await self._demand(name, config, needed, current)
             queued_count = len(queued) if exhausted else await self.store.run(jobs.queued_count, name)
-        kept = await self._images_kept(name)
+        kept = await self._images_kept(name, config)
         replacing = live_replacements(self._replacing.get(name, {}), current)
         self._replacing[name] = replacing
         return PoolContext(
@@ -211,11 +213,11 @@ class Scaler:
             kept_images={key: frozenset(images) for key, images in kept.items()},
             rolling_back=any(rollout.rolled_back for rollout in self._rollouts.rollouts_of(name).values()),
             replacing=dict(replacing),
-            usable_clouds=tuple(placement.cloud for placement in self._placements(name)),
+            usable_clouds=tuple(placement.cloud for placement in self._placements(name, config)),
             paused_s=self.creator.paused_s(name),
         )
 
-    async def _execute(self, ctx: PoolContext, plan: PoolPlan) -> None:
+    async def _execute(self, ctx: PoolContext, plan: PoolPlan, template: Template, generation: int) -> None:
         """Carry the plan out through the supervisor: creates for demand (placed where the quota has room),
         then the rollout's replacements (sized by what was written), then retirements; publish the figures."""
         name, pool, current = ctx.name, ctx.pool, list(ctx.runners)
@@ -239,7 +241,7 @@ class Scaler:
         if plan.creating:
             if plan.creates:
                 quota_short, started = await self._start(
-                    name, current, ctx.queued, plan.creates, unbound_demand=plan.unbound_demand
+                    name, ctx.config, template, current, ctx.queued, plan.creates, unbound_demand=plan.unbound_demand
                 )
         else:
             for cloud in clouds:
@@ -258,7 +260,9 @@ class Scaler:
                 f"rollout:{name}",
                 f"pool {name}: replacing idle runners {what}, {pool.rollout.max_surge} at a time (rollout.max_surge)",
             )
-            quota_short = await self._replace(name, [*current, *started], replacements, plan.rollout.reason)
+            quota_short = await self._replace(
+                name, ctx.config, template, [*current, *started], replacements, plan.rollout.reason
+            )
         elif not plan.outdated:
             self.log_once.clear(f"rollout:{name}")
         for retire in plan.retires:
@@ -277,14 +281,14 @@ class Scaler:
             quota_waiting=sum(waiting_in.values()),
             quota_waiting_cloud=next((cloud for cloud, count in waiting_in.items() if count), None),
         )
-        await self.status.publish(snapshot, self._generation())
+        await self.status.publish(snapshot, generation)
         await self._rollouts.save(self.store, name)
 
-    async def _images_kept(self, name: str) -> dict[str, set[str]]:
+    async def _images_kept(self, name: str, config: CorralConfig) -> dict[str, set[str]]:
         """Per placement of the pool (by key), the images its idle runners may keep: the one in service, and
         a canary's new one (none known yet: no set). A canary whose jobs succeeded enough is promoted here."""
         kept: dict[str, set[str]] = {}
-        for placement in self._config().placements(name):
+        for placement in config.placements(name):
             key = placement.key(name)
             checked = self._checked_image(key)
             if (canary := self._rollouts.canary(key)) is not None:
@@ -298,7 +302,13 @@ class Scaler:
         return kept
 
     async def _replace(
-        self, name: str, current: list[Runner], replacements: list[Replacement], why: Reason
+        self,
+        name: str,
+        config: CorralConfig,
+        template: Template,
+        current: list[Runner],
+        replacements: list[Replacement],
+        why: Reason,
     ) -> list[str]:
         """Start the replacements, each in the cloud it was planned for (first, spilling over to the pool's
         other placements as any new runner when that one has no room); returns what held some back. `current`
@@ -307,23 +317,25 @@ class Scaler:
         by_cloud: dict[str | None, list[str]] = {}
         for replacement in replacements:
             by_cloud.setdefault(replacement.cloud, []).append(replacement.runner_id)
-        usable = self._placements(name)
+        usable = self._placements(name, config)
         for cloud, replaced in by_cloud.items():
             # The first usable placement in that cloud: the pool's first there may be paused or failing its check.
             home = next((placement for placement in usable if placement.cloud == cloud), None)
-            creates = [Create(None, why, self._config().pools[name].scope.key)] * len(replaced)
-            group_short, created = await self._start(name, current, [], creates, first=home)
+            creates = [Create(None, why, config.pools[name].scope.key)] * len(replaced)
+            group_short, created = await self._start(name, config, template, current, [], creates, first=home)
             short = short or group_short
             current = [*current, *created]
             self._replacing.setdefault(name, {}).update(zip((runner.id for runner in created), replaced, strict=False))
         return short
 
-    async def _demand(self, name: str, needed: int, current: list[Runner]) -> tuple[list[QueuedJob], Demand, bool]:
+    async def _demand(
+        self, name: str, config: CorralConfig, needed: int, current: list[Runner]
+    ) -> tuple[list[QueuedJob], Demand, bool]:
         """The pool's queued jobs judged (`policy.judge_demand`) and, with `max_runners_per_repo`, capped per
         repository (`policy.cap_per_repository`), read a page at a time until `needed` of them count as demand
         or none are left (then the third value is True: every queued job was read)."""
-        tuning = DemandTuning.of(self._config())
-        cap = self._config().pools[name].max_runners_per_repo
+        tuning = DemandTuning.of(config)
+        cap = config.pools[name].max_runners_per_repo
         covered = covered_jobs(current)
         holdings = Counter(
             runner.scope.removeprefix("repo:")
@@ -350,6 +362,8 @@ class Scaler:
     async def _start(
         self,
         name: str,
+        config: CorralConfig,
+        template: Template,
         current: list[Runner],
         queued: Sequence[QueuedJob],
         creates: Sequence[Create],
@@ -361,13 +375,12 @@ class Scaler:
         answer demand that names no job (a scale set's assigned jobs). No more are started than the quota's
         headroom has room for; returns the resources that held some back (empty if none did), and the runners
         written. `first`: the placement tried before the pool's others (when usable)."""
-        pool = self._config().pools[name]
+        pool = config.pools[name]
         count = len(creates)
         job_runners = count if unbound_demand else sum(1 for create in creates if create.job_id is not None)
-        groups, short = self._place(name, current, count, job_runners, first)
+        groups, short = self._place(name, config, current, count, job_runners, first)
         self._note_quota(name, count - sum(len(group.claims) for group in groups), short)
         received = {job.id: job.received_at for job in queued}
-        config, template = self._config(), self._template()
         written: list[Runner] = []
         left = list(creates)
         for group in groups:
@@ -384,7 +397,7 @@ class Scaler:
                 )
                 for create in taken
             ]
-            created, group_short = await self._write(name, group, intents, unbound_demand)
+            created, group_short = await self._write(name, config, group, intents, unbound_demand)
             written += created
             short = group_short or short
             for runner in created:
@@ -399,25 +412,31 @@ class Scaler:
                 )
         return short, written
 
-    def _placements(self, name: str) -> list[Placement]:
+    def _placements(self, name: str, config: CorralConfig) -> list[Placement]:
         """The pool's placements that may take runners now, in order: their check found nothing wrong and
         their cloud has not failed the pool lately."""
         return [
             placement
-            for placement in self._config().placements(name)
+            for placement in config.placements(name)
             if self._placement_ready(placement.key(name)) and not self.creator.cloud_paused_s(name, placement.cloud)
         ]
 
     def _place(
-        self, name: str, current: list[Runner], count: int, job_runners: int, first: Placement | None = None
+        self,
+        name: str,
+        config: CorralConfig,
+        current: list[Runner],
+        count: int,
+        job_runners: int,
+        first: Placement | None = None,
     ) -> tuple[list[_Placed], list[str]]:
         """Claim room for `count` runners (the first `job_runners` for queued jobs) in the pool's placements
         (`first` before the others, when usable): each takes what its cloud's quota headroom has room for (a
         cloud on trial after failing the pool: one runner at a time), the rest spill over to the next. Runners
         for jobs no placement has room for make the pool wait in its last placement's cloud (lower-priority
         pools there make room). Returns the claims by placement and what held the rest back."""
-        pool = self._config().pools[name]
-        usable = self._placements(name)
+        pool = config.pools[name]
+        usable = self._placements(name, config)
         if first is not None and first in usable:
             usable = [first, *(placement for placement in usable if placement != first)]
         if not all(self._quota_of(placement.cloud).looked for placement in usable):
@@ -432,7 +451,7 @@ class Scaler:
             last = index == len(usable) - 1
             wanted = left
             if self.creator.cloud_on_trial(name, placement.cloud):
-                cloud_of = self._config().cloud_of
+                cloud_of = config.cloud_of
                 trying = any(r.state in STARTING_STATES and cloud_of(r.cloud) == placement.cloud for r in current)
                 wanted = 0 if trying else 1
             claims, short = budget.claim(
@@ -445,19 +464,19 @@ class Scaler:
         return groups, short
 
     async def _write(
-        self, name: str, group: _Placed, intents: list[NewRunner], unbound_demand: bool
+        self, name: str, config: CorralConfig, group: _Placed, intents: list[NewRunner], unbound_demand: bool
     ) -> tuple[list[Runner], list[str]]:
         """Write one placement's intents (within `max_runners`, and with replicas within what the others'
         creates left of its cloud's quota); returns the runners written and the quota resources that held
         some back."""
-        pool = self._config().pools[name]
-        room = self._shared_room(name, group)
+        pool = config.pools[name]
+        room = self._shared_room(name, config, group)
         if (cost := self._server_cost(name)) is not None:
             await self.status.cost_before_creates(name, cost)
         try:
             created = await self.store.run(
                 runners.add,
-                self._config().name_prefix,
+                config.name_prefix,
                 intents,
                 max_runners=pool.max_runners,
                 fence=self._fence(name),
@@ -501,15 +520,15 @@ class Scaler:
                 "no room for them until servers are deleted or the quota is raised",
             )
 
-    def _shared_room(self, name: str, group: _Placed) -> SharedRoom | None:
+    def _shared_room(self, name: str, config: CorralConfig, group: _Placed) -> SharedRoom | None:
         """With replicas sharing the cloud's project, what the add should check of the others' creates since
         the reading (None: no other replica holds a pool, or nothing is known of the quota or the cost)."""
         others = self._others(name)
         began = group.budget.read_began_wall
-        left = group.budget.left(below=self._config().pools[name].priority, excluding=group.claims)
+        left = group.budget.left(below=config.pools[name].priority, excluding=group.claims)
         if not others or group.cost is None or began is None or left is None:
             return None
-        first = group.placement.cloud == self._config().default_cloud
+        first = group.placement.cloud == config.default_cloud
         own = group.budget.reserved_runners()
         return SharedRoom(left, group.cost, others, began, cloud=group.placement.cloud, or_unrecorded=first, own=own)
 
