@@ -77,6 +77,9 @@ class Supervisor:
         def done(_: asyncio.Task[None]) -> None:
             self._tasks.pop(key, None)
             self._groups.pop(key, None)
+            # A task cancelled before it first ran never awaited its action: closed here, it raises no
+            # "coroutine was never awaited" warning (closing one that ran is a no-op).
+            action.close()
 
         task.add_done_callback(done)
         return True
