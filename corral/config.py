@@ -45,6 +45,7 @@ from sqlalchemy.exc import ArgumentError
 from corral import schedules as warm_schedules
 from corral import secrets
 from corral.images import ImageFilter, ImageRef
+from corral.model import REPO_PATTERN
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
@@ -189,7 +190,7 @@ class ScopeConfig(StrictModel):
     """Where a pool's runners register: exactly one of an organisation, a repository or an enterprise."""
 
     org: str | None = None
-    repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    repo: str | None = Field(default=None, pattern=REPO_PATTERN)
     enterprise: str | None = None
 
     @model_validator(mode="after")

@@ -15,6 +15,8 @@ from typing import Any
 
 MAX_WORKFLOW_NAME = 256
 """Workflow names are kept to this many characters (GitHub sets no documented bound)."""
+REPO_PATTERN = r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
+"""A repository as `OWNER/REPO`: a pool's `scope.repo`, a job trace's `repo` and the sandbox's job requests."""
 
 
 class InvalidTransition(ValueError):

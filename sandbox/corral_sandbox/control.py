@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
 
+from corral.model import REPO_PATTERN
 from corral_sandbox.control_accounts import register_account_routes
 from corral_sandbox.control_scalesets import register_scaleset_routes
 from corral_sandbox.faults import FaultSpecError
@@ -24,7 +25,7 @@ MAX_TRACE_JOBS = 100_000
 
 
 class JobRequest(BaseModel):
-    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", examples=["octo-org/app"])
+    repo: str = Field(pattern=REPO_PATTERN, examples=["octo-org/app"])
     labels: list[str] = Field(default_factory=lambda: ["self-hosted"], min_length=1, max_length=100)
     duration: float = Field(default=1.0, ge=0, le=86_400)
     workflow_name: str | None = None
