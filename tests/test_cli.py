@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,10 @@ import yaml
 
 from corral.api.views import pool_views
 from corral.cli import main
+from corral.clock import utcnow
+from corral.model import Delivery, JobState, JobUpdate
+from corral.simulate.trace import Trace, TraceJob, load_trace
+from corral.store import Store, jobs
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
@@ -153,6 +158,96 @@ def test_an_option_after_the_action_wins_over_one_before(tmp_path: Path, capsys:
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert main(["token", "--config", str(config), "create", "--database-url", other, "--name", "x"]) == 0
     assert (tmp_path / "other.db").exists() and not (tmp_path / "from-config.db").exists()
+
+
+def recorded_job(store: Store, job_id: int, queued: datetime, ran_s: float, workflow: str | None = None) -> None:
+    """A job queued at `queued` that ran `ran_s` seconds, as webhook intake records its `completed` delivery."""
+    update = JobUpdate(
+        job_id,
+        "octo-org/app",
+        ("self-hosted", "linux"),
+        JobState.COMPLETED,
+        "small",
+        queued_at=queued,
+        started_at=queued + timedelta(seconds=30),
+        completed_at=queued + timedelta(seconds=30 + ran_s),
+        workflow=workflow,
+    )
+    delivery = Delivery(id=f"delivery-{job_id}", event="workflow_job", action="completed", job=update)
+    store.run_blocking(jobs.record, [delivery], now=update.completed_at)
+
+
+def test_jobs_export_writes_the_databases_jobs_as_a_trace_that_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "corral.db"
+    config = write(tmp_path / "c.yaml", {**GOOD, "database_url": f"sqlite:///{database}"})
+    store = Store(f"sqlite:///{database}")
+    store.migrate()
+    t0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    recorded_job(store, 2, t0 + timedelta(minutes=5), 12.5)
+    recorded_job(store, 1, t0, 300, workflow="CI")
+    recorded_job(store, 3, t0 - timedelta(days=2), 60)
+    store.close()
+    output = tmp_path / "jobs.jsonl"
+
+    since = ["--since", "2026-03-01T09:00:00Z"]
+    assert main(["jobs", "export", "--config", str(config), *since, "--format", "jsonl", "--output", str(output)]) == 0
+    assert output.read_text() == (
+        '{"at": "2026-03-02T09:00:00Z", "repo": "octo-org/app", "labels": ["self-hosted", "linux"], "duration": 300, '
+        '"workflow_name": "CI"}\n'
+        '{"at": "2026-03-02T09:05:00Z", "repo": "octo-org/app", "labels": ["self-hosted", "linux"], "duration": 12.5}\n'
+    )
+    assert capsys.readouterr() == (
+        "",
+        f"corral jobs export: 2 job(s) queued since 2026-03-01T09:00:00+00:00 to {output}\n",
+    )
+    assert load_trace(output) == Trace(
+        jobs=(
+            TraceJob(
+                at=0.0, repo="octo-org/app", labels=("self-hosted", "linux"), duration=300.0, workflow_name="CI", line=1
+            ),
+            TraceJob(
+                at=300.0,
+                repo="octo-org/app",
+                labels=("self-hosted", "linux"),
+                duration=12.5,
+                workflow_name=None,
+                line=2,
+            ),
+        ),
+        origin=t0,
+    )
+
+
+def test_jobs_export_takes_a_duration_back_from_now_and_writes_to_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    store = Store(url)
+    store.migrate()
+    recent = utcnow().replace(microsecond=0) - timedelta(days=6)
+    recorded_job(store, 1, recent, 42)
+    recorded_job(store, 2, recent - timedelta(days=2), 42)
+    store.close()
+    assert main(["jobs", "export", "--database-url", url, "--since", "7d"]) == 0
+    out, err = capsys.readouterr()
+    stamp = recent.isoformat().replace("+00:00", "Z")
+    assert out == f'{{"at": "{stamp}", "repo": "octo-org/app", "labels": ["self-hosted", "linux"], "duration": 42}}\n'
+    assert err.startswith("corral jobs export: 1 job(s) queued since ") and err.endswith("\n")
+
+
+def test_jobs_export_refuses_what_it_cannot_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match=r"^corral jobs export: --since 'last week' is neither an ISO 8601 time"):
+        main(["jobs", "export", "--database-url", f"sqlite:///{tmp_path / 'corral.db'}", "--since", "last week"])
+    assert main(["jobs", "export"]) == 2
+    assert capsys.readouterr().err == "corral jobs export: give --config or --database-url\n"
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    unwritable = tmp_path / "no-such-folder" / "jobs.jsonl"
+    assert main(["jobs", "export", "--database-url", url, "--output", str(unwritable)]) == 1
+    assert capsys.readouterr().err == (
+        f"corral jobs export: cannot write {str(unwritable)!r} (No such file or directory); check the path\n"
+    )
 
 
 def test_a_refused_request_prints_one_line_per_problem_naming_the_field(sandbox: Sandbox, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from corral.commands import jobs as jobs_command
 from corral.commands.output import emit
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -40,10 +41,13 @@ def add_parsers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]
     runners.add_argument("--state", action="append", help="repeat for several states")
     runners.set_defaults(handler=_runners)
 
-    jobs = subcommands.add_parser("jobs", help="recent jobs (API)")
+    jobs = subcommands.add_parser(
+        "jobs", help="recent jobs (API); `jobs export`: the store's jobs as a trace for corral simulate"
+    )
     common_options(jobs)
     jobs.add_argument("--status", choices=["queued", "in_progress", "completed"])
     jobs.set_defaults(handler=_jobs)
+    jobs_command.add_export_parser(jobs.add_subparsers(title="actions", metavar="ACTION"))
 
     drain = subcommands.add_parser("drain", help="stop starting runners in a pool and retire its idle ones (API)")
     common_options(drain)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-from datetime import UTC, datetime, timedelta
 
 from corral.commands.client import common_options, request
+from corral.commands.moments import moment
 from corral.commands.output import emit
-from corral.config import parse_duration
 
 NUMBERS = ["boot_s", "idle_s", "busy_s", "runner_s", "runners", "jobs", "mean_queue_s"]
 
@@ -27,22 +26,6 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     usage.add_argument("--group-by", default="pool", help="comma-separated: pool, repository, workflow (default: pool)")
     usage.add_argument("--csv", action="store_true", help="print CSV with a header row")
     usage.set_defaults(handler=_usage)
-
-
-def moment(text: str, option: str) -> str:
-    """An ISO 8601 time as given, or a duration back from now as an ISO time; SystemExit otherwise."""
-    try:
-        return (datetime.now(UTC) - timedelta(seconds=parse_duration(text))).isoformat()
-    except ValueError:
-        pass
-    try:
-        datetime.fromisoformat(text)
-    except ValueError:
-        raise SystemExit(
-            f"corral usage: {option} {text[:60]!r} is neither an ISO 8601 time (2026-12-01T00:00:00Z) nor a "
-            "duration back from now (24h, 7d)"
-        ) from None
-    return text
 
 
 def _usage(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""A job trace: the job history `corral simulate` will replay.
+"""A job trace: the job history `corral simulate` will replay, and what `corral jobs export` writes.
 
 The format is JSON Lines: one job per line, each a JSON object with these fields (the fields of the sandbox's
 `POST /_sandbox/trace` jobs, so a trace can be replayed against the sandbox too: `TraceJob.request`):
@@ -30,15 +30,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from corral.model import MAX_WORKFLOW_NAME, REPO_PATTERN
+from corral.model import MAX_WORKFLOW_NAME, REPO_PATTERN, Job
 
 MAX_LINE_BYTES = 64 * 1024
 """The longest line read, newline excluded: a job takes well under 1 KiB, so a longer line is not a job, and
@@ -352,3 +352,62 @@ def load_trace(path: Path) -> Trace:
             return read_trace(stream)
     except OSError as exc:
         raise TraceError([f"cannot read {str(path)!r} ({exc.strerror or exc}); check the path"]) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    """What `corral jobs export` writes: trace lines oldest first, and the jobs left out, by why."""
+
+    lines: tuple[str, ...]
+    not_run: int
+    """Jobs with no duration to replay: not completed yet, or completed without having started (cancelled
+    while queued, when GitHub gave no start time)."""
+    unfit: int
+    """Jobs whose stored row the trace format refuses (no labels, say): written, they would make the whole
+    trace unreadable."""
+
+
+def _rfc3339(moment: datetime) -> str:
+    """UTC with a `Z`, to the millisecond when there is a fraction (GitHub's times are whole seconds)."""
+    utc = moment.astimezone(UTC).replace(microsecond=moment.microsecond // 1000 * 1000)
+    return utc.isoformat(timespec="milliseconds" if utc.microsecond else "seconds").replace("+00:00", "Z")
+
+
+def _seconds(value: float) -> float | int:
+    """To the millisecond, and without a `.0` when whole."""
+    rounded = round(value, 3)
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def export(jobs: Iterable[Job]) -> Export:
+    """Trace lines for jobs from corral's store, sorted by `at`.
+
+    `at` is when GitHub queued the job (its `created_at`), or when corral first heard of it where GitHub's
+    time is unknown; `duration` is completed minus started, to the millisecond, 0 when clocks made it negative
+    (a scale-set job's times are when corral heard the news). A job not completed, or never started, is left
+    out rather than given a guessed duration: a replay of a running job would invent when it ends. Jobs with
+    the same `at` keep the order they came in.
+    """
+    kept: list[tuple[datetime, int, str]] = []
+    not_run = unfit = 0
+    for index, job in enumerate(jobs):
+        if job.completed_at is None or job.started_at is None:
+            not_run += 1
+            continue
+        queued = job.queued_at or job.received_at
+        line: dict[str, Any] = {
+            "at": _rfc3339(queued),
+            "repo": job.repository,
+            "labels": list(job.labels),
+            "duration": _seconds(max(0.0, (job.completed_at - job.started_at).total_seconds())),
+        }
+        if job.workflow is not None:
+            line["workflow_name"] = job.workflow
+        try:
+            _Fields.model_validate(line)
+        except ValidationError:
+            unfit += 1
+            continue
+        kept.append((queued, index, json.dumps(line)))
+    kept.sort(key=lambda item: (item[0], item[1]))
+    return Export(lines=tuple(line for _, _, line in kept), not_run=not_run, unfit=unfit)

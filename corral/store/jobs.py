@@ -264,6 +264,14 @@ def listing(
     return [to_job(row) for row in connection.execute(query)]
 
 
+def queued_since(connection: Connection, since: datetime) -> list[Job]:
+    """Jobs queued at or after `since` (GitHub's `created_at`, or when corral first heard of a job where that is
+    unknown), oldest first: the job history `corral jobs export` writes as a trace."""
+    queued = func.coalesce(JOBS.c.queued_at, JOBS.c.received_at)
+    query = select(*COLUMNS).where(queued >= since).order_by(queued, JOBS.c.id)
+    return [to_job(row) for row in connection.execute(query)]
+
+
 def stale_queued(
     connection: Connection, *, queued_before: datetime, checked_before: datetime, presumed_before: datetime, limit: int
 ) -> list[Job]:

@@ -147,6 +147,14 @@ def listing(
     return [to_job(row) for row in connection.execute(query)]
 
 
+def queued_since(connection: Connection, since: datetime) -> list[Job]:
+    """Scale-set jobs queued at or after `since` (the message's `queueTime`, or when corral first heard of the
+    job), oldest first: with the webhook jobs, the history `corral jobs export` writes."""
+    queued = func.coalesce(JOBS.c.queued_at, JOBS.c.received_at)
+    query = select(*COLUMNS).where(queued >= since).order_by(queued, JOBS.c.request_id)
+    return [to_job(row) for row in connection.execute(query)]
+
+
 def started_between(connection: Connection, *, since: datetime, until: datetime) -> list[Any]:
     """(pool, repository, workflow, queued_at, started_at) of those started in the window, for usage."""
     query = select(JOBS.c.pool, JOBS.c.repository, JOBS.c.workflow, JOBS.c.queued_at, JOBS.c.started_at).where(
