@@ -18,6 +18,7 @@ from corral.clock import utcnow
 from corral.model import Delivery, JobState, JobUpdate
 from corral.simulate.trace import Trace, TraceJob, load_trace
 from corral.store import Store, jobs
+from corral.store.database import head_revision, schema_revision
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
@@ -243,6 +244,19 @@ def test_jobs_export_refuses_what_it_cannot_use(tmp_path: Path, capsys: pytest.C
     assert main(["jobs", "export"]) == 2
     assert capsys.readouterr().err == "corral jobs export: give --config or --database-url\n"
     url = f"sqlite:///{tmp_path / 'corral.db'}"
+    # It only reads: a database whose schema is not this corral's is refused, not migrated under its server.
+    assert main(["jobs", "export", "--database-url", url]) == 2
+    assert capsys.readouterr().err == (
+        f"corral jobs export: the database's schema is at revision None, older than this corral's "
+        f"{head_revision()!r}; this command only reads and changes nothing: run `corral migrate` first, or use the "
+        "corral version that serves it\n"
+    )
+    store = Store(url)
+    try:
+        assert store.run_blocking(schema_revision) is None, "nothing was migrated"
+        store.migrate()
+    finally:
+        store.close()
     unwritable = tmp_path / "no-such-folder" / "jobs.jsonl"
     assert main(["jobs", "export", "--database-url", url, "--output", str(unwritable)]) == 1
     assert capsys.readouterr().err == (

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from corral.config import ConfigError, load_config
-from corral.store import SchemaTooNew, Store
+from corral.store import SchemaNotCurrent, SchemaTooNew, Store
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, *, repeated: bool = False) -> None:
@@ -19,8 +19,9 @@ def add_database_arguments(parser: argparse.ArgumentParser, *, repeated: bool = 
     parser.add_argument("--database-url", default=default, help="database URL (overrides the config file)")
 
 
-def open_store(args: argparse.Namespace, command: str) -> Store | None:
-    """The migrated store named by --database-url or --config; None (after saying why) if neither works."""
+def open_store(args: argparse.Namespace, command: str, *, migrate: bool = True) -> Store | None:
+    """The migrated store named by --database-url or --config; None (after saying why) if neither works.
+    `migrate=False` (a command that only reads): the schema must already be this corral's, and is not touched."""
     url = args.database_url
     if url is None and args.config is not None:
         try:
@@ -33,8 +34,11 @@ def open_store(args: argparse.Namespace, command: str) -> Store | None:
         return None
     store = Store(url)
     try:
-        store.migrate()
-    except SchemaTooNew as exc:
+        if migrate:
+            store.migrate()
+        else:
+            store.check_schema()
+    except (SchemaTooNew, SchemaNotCurrent) as exc:
         store.close()
         print(f"corral {command}: {exc}", file=sys.stderr)
         return None

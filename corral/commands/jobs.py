@@ -41,7 +41,7 @@ def add_export_parser(actions: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _export(args: argparse.Namespace) -> int:
     since = since_when(args.since, "--since", "jobs export")
-    store = open_store(args, "jobs export")
+    store = open_store(args, "jobs export", migrate=False)  # it only reads: a production schema is not its to upgrade
     if store is None:
         return 2
     try:

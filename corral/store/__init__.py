@@ -6,7 +6,13 @@ runs one as a transaction off the event loop, `Store.run_blocking` in the callin
 """
 
 from corral.store import jobs, leases, pools, retention, runners, tokens
-from corral.store.database import BlockingCallOnEventLoop, DatabaseUnavailable, SchemaTooNew, Store
+from corral.store.database import (
+    BlockingCallOnEventLoop,
+    DatabaseUnavailable,
+    SchemaNotCurrent,
+    SchemaTooNew,
+    Store,
+)
 from corral.store.intake import Intake
 from corral.store.serve_lock import AnotherCorralServing, ServeLock
 
@@ -15,6 +21,7 @@ __all__ = [
     "BlockingCallOnEventLoop",
     "DatabaseUnavailable",
     "Intake",
+    "SchemaNotCurrent",
     "SchemaTooNew",
     "ServeLock",
     "Store",

@@ -71,6 +71,11 @@ class SchemaTooNew(RuntimeError):
     """The database was migrated by a newer corral than this one: acting on it could undo that one's work."""
 
 
+class SchemaNotCurrent(RuntimeError):
+    """A read-only command found the database's schema other than this corral's newest: it migrates nothing
+    (a production database is upgraded by `corral migrate` or the serving corral, when the operator chooses)."""
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -117,6 +122,12 @@ def _alembic_config() -> AlembicConfig:
     config = AlembicConfig()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest schema revision this code knows."""
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
 @functools.cache
@@ -169,6 +180,24 @@ class Store:
                 )
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+
+    def check_schema(self) -> None:
+        """Refuse, without touching it, a schema other than this code's newest: `SchemaTooNew` if a newer
+        corral migrated it, `SchemaNotCurrent` if it is older (or empty). For commands that only read."""
+        with self.engine.connect() as connection:
+            current = schema_revision(connection)
+        head = head_revision()
+        if current == head:
+            return
+        if current is not None and current not in known_revisions():
+            raise SchemaTooNew(
+                f"the database's schema is at revision {current!r}, newer than this corral knows (up to {head!r}): "
+                "run the corral that migrated it"
+            )
+        raise SchemaNotCurrent(
+            f"the database's schema is at revision {current!r}, older than this corral's {head!r}; this command "
+            "only reads and changes nothing: run `corral migrate` first, or use the corral version that serves it"
+        )
 
     def _connection(self) -> Connection:
         """This thread's connection, opened once: checking one out of the pool for every transaction (and,
