@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Install, then lint, type-check and run the whole test suite with coverage (lint and types beside the tests): what
-# CI runs.
+# Install, then lint, type-check and run the whole test suite with coverage: what CI runs.
 #
 #   bash scripts/test.sh [pytest arguments]
 #   bash scripts/test.sh --unit [pytest arguments]   # the unit layer alone (tests/unit), no coverage
@@ -14,13 +13,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COVERAGE_FLOOR=90  # the whole suite measured 90.74% on 2026-12-01, rounded down
 bash scripts/install.sh
-lint() {
-  .venv/bin/ruff check corral sandbox tests bench &&
-    .venv/bin/ruff format --check corral sandbox tests bench &&
-    .venv/bin/mypy
-}
+.venv/bin/ruff check corral sandbox tests bench
+.venv/bin/ruff format --check corral sandbox tests bench
+.venv/bin/mypy
 if [ "${1:-}" = "--unit" ]; then
-  lint
   # tests/unit: one process per worker, virtual time, no socket, child process or real wait (tests/unit/conftest.py
   # refuses them), so no coverage floor to meet and nothing to wait for: the count and the time are the report.
   shift
@@ -36,18 +32,5 @@ fi
 # Six workers on two cores: most tests wait on the sandbox's timers, not the CPU: measured on 2026-12-04, the suite
 # used 1.4 cores on average at -n 6 (634 CPU-s in 457 s) and took 454 s, against 580 s at -n 4. (`-n 0`: one process.)
 # --durations: the slowest tests, so a run creeping towards CI's time limit says where the time went.
-# Lint and types run beside the suite (about 40 s of one core, while the suite mostly waits on timers); their
-# verdict is printed, and fails the run, once the tests have ended.
-lint_log="$(mktemp)"
-trap 'rm -f "$lint_log"' EXIT
-lint >"$lint_log" 2>&1 &
-lint_pid=$!
-tests_status=0
 .venv/bin/python -m pytest -n 6 --durations=15 --cov --cov-report=term:skip-covered --cov-report=html \
-  --cov-fail-under="$COVERAGE_FLOOR" "$@" || tests_status=$?
-lint_status=0
-wait "$lint_pid" || lint_status=$?
-echo "== lint and types (ruff, ruff format, mypy): exit $lint_status"
-cat "$lint_log"
-if [ "$tests_status" -ne 0 ]; then exit "$tests_status"; fi
-exit "$lint_status"
+  --cov-fail-under="$COVERAGE_FLOOR" "$@"
