@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from string import Template
 from typing import Any
 
@@ -62,6 +61,7 @@ from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import Mover
 from corral.engine.workers import KeyedWorkers
+from corral.executors import Executors, thread_pool
 from corral.github.client import GitHubClient
 from corral.model import IntakeResult
 from corral.store import Store, pools
@@ -89,7 +89,9 @@ class Engine:
         clock: ClockLike = SYSTEM_CLOCK,
         replica: str = "corral",
         reload_config: Callable[[], Awaitable[list[str]]] | None = None,
+        executors: Executors = thread_pool,
     ) -> None:
+        """`executors` makes the executors of blocking cloud calls: threads, or inline under `corral simulate`."""
         self.running = Running(config, user_data_template or load_template(config.user_data_template))
         running = self.running
         self.store = store
@@ -102,7 +104,7 @@ class Engine:
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._wakes: WakeListener | None = None
-        self._cloud_threads = ThreadPoolExecutor(config.cloud.threads, "corral-cloud")
+        self._cloud_threads = executors(config.cloud.threads, "corral-cloud")
         self.leases = LeaseKeeper(
             store,
             replica,
@@ -143,6 +145,7 @@ class Engine:
             cloud_of=lambda recorded: running.config.cloud_of(recorded),
             ready_clouds=self.readiness.ready_clouds,
             clock=clock,
+            executors=executors,
         )
         self.cleaner = Cleaner(
             self.mover,

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from string import Template
@@ -37,6 +36,7 @@ from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
 from corral.engine.transitions import Mover
+from corral.executors import Executors, thread_pool
 from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited, JitConfig
 from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, QUEUED_TO_CREATE_SECONDS
 from corral.model import Reason, Runner, RunnerState
@@ -114,6 +114,7 @@ class Creator:
         cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
         ready_clouds: Callable[[str], set[str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        executors: Executors = thread_pool,
     ) -> None:
         """`scale_set_jit(pool, runner name)` gives a scale-set pool's runners their JIT configs from the
         scale set itself (they then belong to it); other pools' come from the REST API."""
@@ -123,7 +124,7 @@ class Creator:
         self._checker = checker
         self.pauses = pauses
         self._log_once = log_once
-        self._threads = ThreadPoolExecutor(max_concurrent_creates, "corral-create")
+        self._threads = executors(max_concurrent_creates, "corral-create")
         self._cloud_slots = asyncio.Semaphore(max_concurrent_creates)
         self._jit_slots = asyncio.Semaphore(jit_concurrency)
         self._scale_set_jit = scale_set_jit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from datetime import timedelta
 
 from corral.clock import Clock
@@ -52,7 +52,7 @@ class Housekeeper:
         jobs: JobTracker,
         quotas: dict[str, QuotaBudget],
         log_once: LogOnce,
-        cloud_threads: ThreadPoolExecutor,
+        cloud_threads: Executor,
         clock: Clock,
         stopping: asyncio.Event,
     ) -> None:

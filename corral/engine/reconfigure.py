@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 
 from corral.clock import Clock
 from corral.cloud.clouds import CloudSet
@@ -37,7 +37,7 @@ class Reconfigurer:
         membership: Membership,
         workers: KeyedWorkers,
         quotas: dict[str, QuotaBudget],
-        cloud_threads: ThreadPoolExecutor,
+        cloud_threads: Executor,
         clock: Clock,
     ) -> None:
         self.running = running

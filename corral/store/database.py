@@ -20,7 +20,6 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -32,6 +31,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError
 
 from corral.clock import SYSTEM_CLOCK, Clock
+from corral.executors import Executors, thread_pool
 from corral.files import create_private
 from corral.metrics import DATABASE_ERRORS
 from corral.outages import DependencyHealth, DependencyUnavailable, describe
@@ -144,12 +144,13 @@ def schema_revision(connection: Connection) -> str | None:
 class Store:
     """An engine, its migrations, and the threads queries run in."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, executors: Executors = thread_pool) -> None:
+        """`executors` makes the executor queries run in: threads, or inline under `corral simulate`."""
         self.url = url
         self.engine = make_engine(url)
         self.is_sqlite = is_sqlite(url)
         threads = 1 if self.is_sqlite else POSTGRES_THREADS
-        self._threads = ThreadPoolExecutor(threads, thread_name_prefix="corral-db")
+        self._threads = executors(threads, "corral-db")
         self._local = threading.local()
         self._connections: list[Connection] = []
         self._connections_lock = threading.Lock()
