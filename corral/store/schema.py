@@ -50,7 +50,13 @@ class Runner(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     """Short random id; the server name and the GitHub runner name are derived from it."""
-    pool: Mapped[str] = mapped_column(String(64), index=True)
+    __table_args__ = (
+        # A pass reads its pool's live runners (`runners.live_of_pool`, `room_in_pool`): by pool and state
+        # together, so the pool's history of deleted runners (most of its rows) is never scanned.
+        Index("ix_runners_pool_state", "pool", "state"),
+    )
+
+    pool: Mapped[str] = mapped_column(String(64))
     scope: Mapped[str] = mapped_column(String(300))
     """Where it registers (`org:octo`, `repo:octo/app`, `enterprise:acme`): kept so a runner of a pool that
     was removed from the config can still be deregistered."""
