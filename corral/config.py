@@ -1089,11 +1089,21 @@ def _resolve_template_path(raw: dict[str, Any], base: Path) -> None:
         raw["user_data_template"] = str(base / template)
 
 
-def parse_config(raw: object, base: Path = Path()) -> CorralConfig:
-    """Validate an already-parsed document; raises ConfigError listing every problem."""
+STAND_IN_GITHUB = {"token": "ghp_" + "0" * 36}
+"""What `credentials=False` validates in place of the file's `github` section: a token that names nobody."""
+
+
+def parse_config(raw: object, base: Path = Path(), *, credentials: bool = True) -> CorralConfig:
+    """Validate an already-parsed document; raises ConfigError listing every problem.
+
+    `credentials=False` (for `corral simulate`, which contacts nothing) validates everything but the
+    credentials: the `github` section is replaced by a stand-in, so a config whose secrets live in files or
+    variables of another machine is still read."""
     if not isinstance(raw, dict):
         raise ConfigError(["(top level): the file must be a YAML mapping with github and pools keys"])
     raw = dict(raw)
+    if not credentials:
+        raw["github"] = dict(STAND_IN_GITHUB)
     if isinstance(raw.get("github"), dict):
         raw["github"] = dict(raw["github"])
     problems: list[str] = []
@@ -1114,8 +1124,9 @@ def parse_config(raw: object, base: Path = Path()) -> CorralConfig:
     return config
 
 
-def load_config(path: Path) -> CorralConfig:
-    """Read and validate a config file; relative `*_file` paths are taken from the file's folder."""
+def load_config(path: Path, *, credentials: bool = True) -> CorralConfig:
+    """Read and validate a config file; relative `*_file` paths are taken from the file's folder
+    (`credentials`: as `parse_config`'s)."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -1126,4 +1137,4 @@ def load_config(path: Path) -> CorralConfig:
         raise ConfigError([str(exc)]) from None
     except YamlProblem as exc:
         raise ConfigError([f"{path}: {exc}"]) from None
-    return parse_config(raw, base=path.parent)
+    return parse_config(raw, base=path.parent, credentials=credentials)
