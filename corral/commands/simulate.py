@@ -1,0 +1,140 @@
+"""`corral simulate`: replay a job trace against a config in virtual time, before anyone pays for it.
+
+Reads a normal corral.yaml (its credentials, database and clouds are ignored: nothing is contacted) and a job
+trace (`corral jobs export`, or any JSON Lines of the same shape), runs corral's engine on them in virtual
+time (`corral.simulate.run`) and prints what each pool would do: jobs served, waits, runner-hours, peak
+servers (`corral.simulate.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from corral.config import ConfigError, load_config, parse_duration
+from corral.simulate.report import report
+from corral.simulate.run import DRAIN_S, LEAD_S, Settings, SimulationRefused, simulate
+from corral.simulate.trace import TraceError, load_trace
+from corral.simulate.world import BootTimes
+
+DEFAULT_BOOT = "60s"
+
+
+def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subcommands.add_parser(
+        "simulate",
+        help="replay a job trace against a config in virtual time: waits and runner-hours per pool",
+        description=(
+            "Run corral's engine (the same passes, planner, policies, schedules, quotas and placements) in "
+            "virtual time against a simulated cloud and GitHub, replaying the jobs of --trace, and print per "
+            "pool: jobs, jobs served, waits from queued to started (p50, p95, p99, max), runner-hours busy, "
+            "idle and booting, and the peak number of servers. Credentials, database and clouds in the config "
+            "are ignored: nothing is contacted. The same config, trace and seed print the same output."
+        ),
+    )
+    parser.add_argument("--config", type=Path, required=True, help="the corral.yaml to simulate")
+    parser.add_argument("--trace", type=Path, required=True, help="JSON Lines, one job a line (corral jobs export)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of boot times and boot failures (default 0)")
+    parser.add_argument(
+        "--boot-time",
+        default=DEFAULT_BOOT,
+        metavar="TIME | P50,P95",
+        help=f"from a create to its runner online: fixed (90s), or a log-normal by two percentiles (45s,2m); "
+        f"default {DEFAULT_BOOT}",
+    )
+    parser.add_argument(
+        "--boot-failure-rate", type=float, default=0.0, metavar="R", help="share of servers that go to ERROR (0-1)"
+    )
+    parser.add_argument(
+        "--measure-from",
+        default="0s",
+        metavar="DURATION",
+        help="count only jobs queued (and runner time) from this long after the first job: earlier ones warm "
+        "the engine up (default: from the start)",
+    )
+    parser.add_argument(
+        "--drain",
+        default=f"{DRAIN_S:g}s",
+        metavar="DURATION",
+        help="after the last job is queued, wait at most this long for jobs still queued or running (default 1h)",
+    )
+    parser.add_argument("--instances", type=int, metavar="N", help="each cloud's instance quota (default: unlimited)")
+    parser.add_argument("--format", choices=["table", "json"], default="table", help="output format (default table)")
+    parser.set_defaults(handler=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    try:
+        settings = _settings(args)
+        measure_from = _duration(args.measure_from, "--measure-from", zero=True)
+    except ValueError as exc:
+        print(f"corral simulate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(args.config, credentials=False)
+    except ConfigError as exc:
+        print(f"corral simulate: {args.config} is not a valid config:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    try:
+        trace = load_trace(args.trace)
+    except TraceError as exc:
+        print(f"corral simulate: {args.trace} is not a job trace:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"corral simulate: cannot read {args.trace} ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    try:
+        outcome = simulate(config, trace, settings)
+    except SimulationRefused as exc:
+        print("corral simulate: this config asks for what the simulation does not model:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    found = report(outcome, measure_from)
+    sys.stdout.write(found.as_json() if args.format == "json" else found.as_table())
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    rate = args.boot_failure_rate
+    if not (math.isfinite(rate) and 0 <= rate < 1):
+        raise ValueError(f"--boot-failure-rate {rate:g}: give a share from 0 up to (not including) 1, such as 0.05")
+    if args.instances is not None and args.instances < 0:
+        raise ValueError(f"--instances {args.instances}: give the instance quota, 0 or more")
+    return Settings(
+        boot=_boot_times(args.boot_time),
+        boot_failure_rate=rate,
+        seed=args.seed,
+        lead=LEAD_S,
+        drain=_duration(args.drain, "--drain"),
+        instances=args.instances,
+    )
+
+
+def _boot_times(text: str) -> BootTimes:
+    parts = text.split(",")
+    if len(parts) > 2:
+        raise ValueError(f"--boot-time {text[:40]!r}: give one time (90s) or two percentiles, p50 and p95 (45s,2m)")
+    p50 = _duration(parts[0].strip(), "--boot-time", zero=True)
+    if len(parts) == 1:
+        return BootTimes(p50)
+    p95 = _duration(parts[1].strip(), "--boot-time's p95")
+    if p95 < p50:
+        raise ValueError(f"--boot-time {text[:40]!r}: the p95 ({parts[1].strip()}) is shorter than the p50")
+    return BootTimes(p50, p95)
+
+
+def _duration(text: str, option: str, *, zero: bool = False) -> float:
+    """Seconds from `text` (30s, 10m, 72h, 7d); `zero` allows 0."""
+    if zero and text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"{option} {text[:40]!r}: {exc}") from None

@@ -1,0 +1,58 @@
+"""A cloud for `corral simulate`: corral's `CloudProvider`, answered from the simulated world in process.
+
+Every call succeeds at once (the boot itself takes the world's boot time): the simulation asks what a
+configuration does to waits and runner-hours, not how corral weathers a failing cloud (the sandbox and the
+chaos tests do that). Quota is unlimited unless `instances` is given, so a config's `max_runners` is what
+bounds it, as on a cloud sized for it.
+"""
+
+from __future__ import annotations
+
+from corral.cloud.provider import CloudQuotaExceeded, CloudServer, ServerSpec
+from corral.cloud.quota import Headroom, ServerCost
+from corral.simulate.world import World
+
+IMAGE_ID = "simulated-image"
+"""Every server's image: a trace replays one image, so no rollout starts."""
+
+
+class SimulatedCloud:
+    """One of corral's clouds, in the world."""
+
+    def __init__(self, world: World, name: str, installation: str, instances: int | None = None) -> None:
+        self.world = world
+        self.name = name
+        self.installation = installation
+        self.instances = instances
+        """The project's instance quota (None: unlimited)."""
+
+    def list_servers(self) -> list[CloudServer]:
+        return self.world.list_servers(self.name)
+
+    def create_server(self, spec: ServerSpec) -> CloudServer:
+        if self.instances is not None and len(self.world.list_servers(self.name)) >= self.instances:
+            raise CloudQuotaExceeded(f"Quota exceeded for instances: Requested 1, but already used {self.instances}")
+        server = self.world.create_server(
+            self.name, self.installation, spec.name, spec.metadata, spec.user_data, IMAGE_ID
+        )
+        return server.view()
+
+    def delete_server(self, server_id: str) -> None:
+        self.world.delete_server(server_id)
+
+    def check_pool(self, spec: ServerSpec) -> list[str]:
+        return []
+
+    def headroom(self, volumes: bool) -> Headroom:
+        if self.instances is None:
+            return Headroom()
+        return Headroom(instances=max(self.instances - len(self.world.list_servers(self.name)), 0))
+
+    def image_id(self, spec: ServerSpec) -> str:
+        return IMAGE_ID
+
+    def server_cost(self, spec: ServerSpec) -> ServerCost:
+        return ServerCost(cores=1, ram_mb=1024)
+
+    def close(self) -> None:
+        """Nothing to close: the world lives as long as the simulation."""

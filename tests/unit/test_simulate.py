@@ -1,0 +1,203 @@
+"""`corral simulate`: corral's engine in virtual time against the simulated world, checked against arithmetic.
+
+Each scenario is small enough to work out by hand: a cold pool makes every job wait exactly its boot, a warm
+runner makes it wait nothing, busy runner-hours are the jobs' durations, and `max_runners` makes the jobs past
+it wait for a runner to finish. The whole engine runs (passes, planner, webhooks through the intake, looks at
+the far ends, deletes), so these also guard the engine's timing: a pass that came later than it should would
+show as a longer wait.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.cli import main
+from corral.config import CorralConfig, parse_config
+from corral.simulate.report import Report, report
+from corral.simulate.run import Settings, SimulationRefused, simulate
+from corral.simulate.trace import Trace, TraceJob
+from corral.simulate.world import BootTimes
+
+SMALL = ("self-hosted", "small")
+
+
+def config(**pools: dict[str, Any]) -> CorralConfig:
+    specs = {
+        name: {"scope": {"org": "octo-org"}, "labels": [name], "image": "ubuntu", "flavor": "m1.small", **spec}
+        for name, spec in pools.items()
+    }
+    return parse_config({"github": {"token": "ghp_" + "x" * 36}, "pools": specs, "default_pool": next(iter(pools))})
+
+
+def trace(*jobs: tuple[float, float], labels: tuple[str, ...] = SMALL, repo: str = "octo-org/app") -> Trace:
+    """Jobs queued at `at` that run `duration` seconds: `(at, duration)` each."""
+    return Trace(
+        jobs=tuple(
+            TraceJob(at=at, repo=repo, labels=labels, duration=duration, workflow_name=None, line=index + 1)
+            for index, (at, duration) in enumerate(jobs)
+        ),
+        origin=None,
+    )
+
+
+def run(cfg: CorralConfig, jobs: Trace, *, measure_from: float = 0.0, **settings: Any) -> Report:
+    return report(simulate(cfg, jobs, Settings(**settings)), measure_from)
+
+
+def waits(cfg: CorralConfig, jobs: Trace, **settings: Any) -> list[float]:
+    """Each job's wait from queued to started, in trace order (None: never started)."""
+    outcome = simulate(cfg, jobs, Settings(**settings))
+    return [
+        round(job.started_at - job.queued_at, 3) if job.started_at is not None else None  # type: ignore[misc]
+        for job in outcome.ledger.jobs
+    ]
+
+
+SPREAD = trace(*((at, 120.0) for at in range(0, 600, 30)))
+"""Twenty jobs of two minutes, one every 30 s."""
+
+
+def test_a_cold_pool_makes_every_job_wait_exactly_its_boot_time() -> None:
+    found = run(config(small={"min_idle": 0, "max_runners": 50}), SPREAD, boot=BootTimes(60.0))
+    pool = found.pools["small"]
+    assert (found.jobs, found.unmatched, pool.jobs, pool.served, pool.servers) == (20, 0, 20, 20, 20)
+    assert pool.wait_s is not None
+    assert (pool.wait_s.p50, pool.wait_s.p95, pool.wait_s.max) == (60.0, 60.0, 60.0)
+    # Busy: the jobs' own 20 x 2 min; booting: 20 boots of a minute; nobody sat idle.
+    assert (pool.runner_hours.busy, pool.runner_hours.booting, pool.runner_hours.idle) == (0.667, 0.333, 0.0)
+
+
+def test_a_boot_of_90_s_shows_as_waits_of_90_s() -> None:
+    assert set(waits(config(small={"min_idle": 0}), SPREAD, boot=BootTimes(90.0))) == {90.0}
+
+
+def test_one_warm_runner_serves_jobs_that_come_one_at_a_time_with_no_wait() -> None:
+    """A job every 5 minutes, each 2 minutes long: the warm runner takes it at once, and its replacement has
+    booted long before the next one comes."""
+    sparse = trace(*((at, 120.0) for at in range(0, 3000, 300)))
+    found = run(config(small={"min_idle": 1, "max_runners": 5}), sparse, boot=BootTimes(60.0))
+    pool = found.pools["small"]
+    assert pool.wait_s is not None and pool.wait_s.max == 0.0
+    assert (pool.served, pool.runner_hours.busy) == (10, round(10 * 120 / 3600, 3))
+
+
+def test_max_runners_makes_the_jobs_past_it_wait_for_a_runner_to_finish() -> None:
+    """Six jobs at once, three runners at most: the first three wait a boot (60 s); the other three wait for
+    a first-wave job to end (60 s + 100 s), for corral to hear of it (the news delay, 0.5 s) and for a new
+    runner's boot (60 s)."""
+    burst = trace(*((0.0, 100.0) for _ in range(6)))
+    assert waits(config(small={"max_runners": 3}), burst, boot=BootTimes(60.0)) == [60.0] * 3 + [220.5] * 3
+
+
+def test_a_job_no_pool_takes_is_counted_unmatched_and_waits_for_nothing() -> None:
+    jobs = trace((0.0, 60.0), (10.0, 60.0))
+    found = run(config(small={}), Trace(jobs=(*jobs.jobs, *trace((5.0, 60.0), labels=("gpu",)).jobs), origin=None))
+    assert (found.jobs, found.unmatched, found.pools["small"].jobs, found.pools["small"].served) == (3, 1, 2, 2)
+
+
+def test_measure_from_counts_only_the_jobs_queued_after_it() -> None:
+    found = run(config(small={}), SPREAD, measure_from=300.0, boot=BootTimes(60.0))
+    assert (found.jobs, found.pools["small"].jobs) == (10, 10)
+
+
+def test_the_same_config_trace_and_seed_give_the_same_bytes_and_another_seed_other_boots() -> None:
+    cfg = config(small={"min_idle": 1, "max_runners": 8}, large={"max_runners": 4})
+    mixed = Trace(
+        jobs=tuple(
+            sorted(
+                (*trace(*((at, 200.0) for at in range(0, 1800, 45))).jobs,
+                 *trace(*((at, 300.0) for at in range(10, 1800, 120)), labels=("large",)).jobs),
+                key=lambda job: job.at,
+            )
+        ),
+        origin=None,
+    )  # fmt: skip
+    lognormal = BootTimes(40.0, 120.0)
+    first = run(cfg, mixed, boot=lognormal, seed=7).as_json()
+    assert run(cfg, mixed, boot=lognormal, seed=7).as_json() == first
+    assert run(cfg, mixed, boot=lognormal, seed=8).as_json() != first
+    assert json.loads(first)["pools"]["large"]["jobs"] == 15
+
+
+def test_a_scale_set_pool_is_refused_with_the_fix() -> None:
+    cfg = config(small={}, big={"intake": "scale_set"})
+    with pytest.raises(SimulationRefused, match=r"pools\.big\.intake: scale_set pools are not simulated"):
+        simulate(cfg, SPREAD)
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    config_file = tmp_path / "corral.yaml"
+    config_file.write_text(
+        "github:\n  token_file: /nowhere/token\n"
+        "pools:\n  small:\n    scope: {org: octo-org}\n    labels: [small]\n    image: ubuntu\n    flavor: m1.small\n"
+    )
+    trace_file = tmp_path / "jobs.jsonl"
+    trace_file.write_text(
+        "".join(json.dumps({"at": at, "repo": "octo-org/app", "labels": list(SMALL), "duration": 30}) + "\n"
+                for at in (0, 100, 200))
+    )  # fmt: skip
+    return config_file, trace_file
+
+
+def test_the_command_prints_the_report_as_json_ignoring_the_configs_credentials(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file, trace_file = files
+    assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file), "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["jobs"], printed["unmatched"]) == (3, 0)
+    assert printed["pools"]["small"]["wait_s"] == {"p50": 60.0, "p95": 60.0, "p99": 60.0, "max": 60.0}
+    assert printed["pools"]["small"]["runner_hours"]["busy"] == 0.025
+
+
+def test_the_command_prints_a_table_with_a_line_per_pool(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file, trace_file = files
+    assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file), "--boot-time", "30s"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["pool", "jobs", "served", "wait", "p50", "p95", "p99", "max", "busy", "h", "idle",
+                                "h", "booting", "h", "peak"]  # fmt: skip
+    assert lines[1].split()[:7] == ["small", "3", "3", "30s", "30s", "30s", "30s"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--boot-time", "fast", "--boot-time 'fast': 'fast' is not a duration"),
+        ("--boot-time", "2m,1m", "the p95 (1m) is shorter than the p50"),
+        ("--boot-time", "1m,2m,3m", "give one time (90s) or two percentiles"),
+        ("--boot-failure-rate", "1.5", "--boot-failure-rate 1.5: give a share from 0 up to"),
+        ("--measure-from", "-3h", "--measure-from '-3h'"),
+    ],
+)
+def test_a_bad_option_exits_2_naming_it(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str], option: str, value: str, says: str
+) -> None:
+    config_file, trace_file = files
+    assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file), f"{option}={value}"]) == 2
+    captured = capsys.readouterr()
+    assert says in captured.err and captured.out == ""
+
+
+def test_a_bad_trace_exits_2_with_each_problem(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    config_file, trace_file = files
+    trace_file.write_text('{"at": 0, "repo": "octo-org/app", "labels": ["small"], "duration": -5}\n{"at": 1}\n')
+    assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file)]) == 2
+    err = capsys.readouterr().err
+    assert "line 1: duration: is negative (-5)" in err and "line 2: repo:" in err
+
+
+def test_a_bad_config_exits_2_naming_the_key(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    config_file, trace_file = files
+    config_file.write_text(config_file.read_text().replace("flavor: m1.small", "flavor: m1.small\n    max_runners: -1"))
+    assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file)]) == 2
+    assert "pools.small.max_runners" in capsys.readouterr().err
