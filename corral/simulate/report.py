@@ -47,10 +47,15 @@ class Waits:
 
 
 @dataclass(frozen=True)
-class RunnerHours:
+class RunnerTime:
+    """Runner time in seconds, unrounded (what a comparison reads); `hours()` is what is printed."""
+
     busy: float
     idle: float
     booting: float
+
+    def hours(self) -> dict[str, float]:
+        return {"busy": _h(self.busy), "idle": _h(self.idle), "booting": _h(self.booting)}
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class PoolReport:
     jobs: int
     served: int
     wait_s: Waits | None
-    runner_hours: RunnerHours
+    runner_time: RunnerTime
     peak_servers: int
     servers: int
     """Servers created in the window."""
@@ -83,7 +88,7 @@ class Report:
                     "jobs": pool.jobs,
                     "served": pool.served,
                     "wait_s": None if pool.wait_s is None else vars(pool.wait_s),
-                    "runner_hours": vars(pool.runner_hours),
+                    "runner_hours": pool.runner_time.hours(),
                     "peak_servers": pool.peak_servers,
                     "servers": pool.servers,
                     "boot_failures": pool.boot_failures,
@@ -103,9 +108,9 @@ class Report:
         for name, pool in self.pools.items():
             waits = pool.wait_s
             shown = ("-",) * 4 if waits is None else tuple(f"{value:g}s" for value in vars(waits).values())
-            hours = pool.runner_hours
+            hours = pool.runner_time.hours()
             rows.append(
-                (name, str(pool.jobs), str(pool.served), *shown, *(f"{h:g}" for h in vars(hours).values()),
+                (name, str(pool.jobs), str(pool.served), *shown, *(f"{h:g}" for h in hours.values()),
                  str(pool.peak_servers))
             )  # fmt: skip
         widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
@@ -133,7 +138,7 @@ def report(outcome: Outcome, measure_from: float = 0.0) -> Report:
             jobs=len(mine),
             served=len(waits),
             wait_s=Waits.of(waits),
-            runner_hours=_runner_hours(servers, start, end),
+            runner_time=_runner_time(servers, start, end),
             peak_servers=_peak(servers, start, end),
             servers=sum(1 for server in servers if server.created_at >= start),
             boot_failures=sum(1 for server in servers if server.created_at >= start and server.status == "ERROR"),
@@ -146,7 +151,7 @@ def report(outcome: Outcome, measure_from: float = 0.0) -> Report:
     )
 
 
-def _runner_hours(servers: Sequence[SimServer], start: float, end: float) -> RunnerHours:
+def _runner_time(servers: Sequence[SimServer], start: float, end: float) -> RunnerTime:
     busy = idle = booting = 0.0
     for server in servers:
         gone = min(server.deleted_at if server.deleted_at is not None else end, end)
@@ -159,7 +164,7 @@ def _runner_hours(servers: Sequence[SimServer], start: float, end: float) -> Run
         idle += _overlap(server.online_at, min(took, left), start, end)
         if server.busy_at is not None:
             busy += _overlap(server.busy_at, left, start, end)
-    return RunnerHours(busy=_h(busy), idle=_h(idle), booting=_h(booting))
+    return RunnerTime(busy=busy, idle=idle, booting=booting)
 
 
 def _peak(servers: Sequence[SimServer], start: float, end: float) -> int:

@@ -68,7 +68,7 @@ def test_a_cold_pool_makes_every_job_wait_exactly_its_boot_time() -> None:
     assert pool.wait_s is not None
     assert (pool.wait_s.p50, pool.wait_s.p95, pool.wait_s.max) == (60.0, 60.0, 60.0)
     # Busy: the jobs' own 20 x 2 min; booting: 20 boots of a minute; nobody sat idle.
-    assert (pool.runner_hours.busy, pool.runner_hours.booting, pool.runner_hours.idle) == (0.667, 0.333, 0.0)
+    assert (pool.runner_time.busy, pool.runner_time.booting, pool.runner_time.idle) == (20 * 120.0, 20 * 60.0, 0.0)
 
 
 def test_a_boot_of_90_s_shows_as_waits_of_90_s() -> None:
@@ -82,7 +82,7 @@ def test_one_warm_runner_serves_jobs_that_come_one_at_a_time_with_no_wait() -> N
     found = run(config(small={"min_idle": 1, "max_runners": 5}), sparse, boot=BootTimes(60.0))
     pool = found.pools["small"]
     assert pool.wait_s is not None and pool.wait_s.max == 0.0
-    assert (pool.served, pool.runner_hours.busy) == (10, round(10 * 120 / 3600, 3))
+    assert (pool.served, pool.runner_time.busy) == (10, 10 * 120.0)
 
 
 def test_max_runners_makes_the_jobs_past_it_wait_for_a_runner_to_finish() -> None:
