@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from corral.config import ConfigError, load_config, parse_duration
+from corral.simulate.html import render
 from corral.simulate.report import report
 from corral.simulate.run import DRAIN_S, LEAD_S, Settings, SimulationRefused, simulate
 from corral.simulate.trace import TraceError, load_trace
@@ -62,6 +63,9 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     parser.add_argument("--instances", type=int, metavar="N", help="each cloud's instance quota (default: unlimited)")
     parser.add_argument("--format", choices=["table", "json"], default="table", help="output format (default table)")
+    parser.add_argument(
+        "--html", type=Path, metavar="PATH", help="also write one self-contained page: timelines and wait histograms"
+    )
     parser.set_defaults(handler=_simulate)
 
 
@@ -98,6 +102,12 @@ def _simulate(args: argparse.Namespace) -> int:
         return 2
     found = report(outcome, measure_from)
     sys.stdout.write(found.as_json() if args.format == "json" else found.as_table())
+    if args.html is not None:
+        try:
+            args.html.write_text(render(outcome, found, measure_from))
+        except OSError as exc:
+            print(f"corral simulate: cannot write {args.html} ({exc.strerror or exc})", file=sys.stderr)
+            return 1
     return 0
 
 

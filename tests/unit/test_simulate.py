@@ -17,6 +17,7 @@ import pytest
 
 from corral.cli import main
 from corral.config import CorralConfig, parse_config
+from corral.simulate.html import SAMPLES, render, timelines
 from corral.simulate.report import Report, report
 from corral.simulate.run import Settings, SimulationRefused, simulate
 from corral.simulate.trace import Trace, TraceJob
@@ -123,6 +124,31 @@ def test_the_same_config_trace_and_seed_give_the_same_bytes_and_another_seed_oth
     assert json.loads(first)["pools"]["large"]["jobs"] == 15
 
 
+def test_the_timelines_count_what_was_waiting_booting_and_busy_at_each_moment() -> None:
+    """A job every 30 s, booting 60 s and running 120 s: at most two jobs wait and two runners boot at once (a
+    minute's worth), four are busy (two minutes' worth), and none is ever idle."""
+    outcome = simulate(config(small={"max_runners": 50}), SPREAD, Settings(boot=BootTimes(60.0)))
+    counts = timelines(outcome)["small"]
+    assert {label: max(values) for label, values in counts.items()} == {
+        "waiting jobs": 2,
+        "booting": 2,
+        "idle": 0,
+        "busy": 4,
+    }
+    assert all(len(values) == SAMPLES for values in counts.values())
+    assert counts["busy"][-1] == 0 and counts["waiting jobs"][0] == 1
+
+
+def test_the_html_page_holds_a_timeline_and_a_histogram_per_pool_and_fetches_nothing() -> None:
+    cfg = config(small={"min_idle": 1}, large={})
+    outcome = simulate(cfg, SPREAD, Settings(boot=BootTimes(60.0)))
+    page = render(outcome, report(outcome))
+    assert page.count("<section>") == 2 and "<h2>small</h2>" in page and "<h2>large</h2>" in page
+    assert page.count("<polyline") == 2 * 4 and page.count("<rect") == 30  # large served nothing: no histogram
+    assert "No job was served." in page
+    assert not any(fetch in page for fetch in ("<script", "src=", "href=", "url(", "@import"))
+
+
 def test_a_scale_set_pool_is_refused_with_the_fix() -> None:
     cfg = config(small={}, big={"intake": "scale_set"})
     with pytest.raises(SimulationRefused, match=r"pools\.big\.intake: scale_set pools are not simulated"):
@@ -147,11 +173,14 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
     return config_file, trace_file
 
 
-def test_the_command_prints_the_report_as_json_ignoring_the_configs_credentials(
+def test_the_command_prints_the_report_as_json_and_writes_the_page_ignoring_the_configs_credentials(
     files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     config_file, trace_file = files
-    assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file), "--format", "json"]) == 0
+    page = config_file.parent / "report.html"
+    arguments = ["--config", str(config_file), "--trace", str(trace_file), "--format", "json", "--html", str(page)]
+    assert main(["simulate", *arguments]) == 0
+    assert "<h2>small</h2>" in page.read_text()
     printed = json.loads(capsys.readouterr().out)
     assert (printed["jobs"], printed["unmatched"]) == (3, 0)
     assert printed["pools"]["small"]["wait_s"] == {"p50": 60.0, "p95": 60.0, "p99": 60.0, "max": 60.0}
