@@ -17,6 +17,7 @@ from corral import __version__
 from corral.commands import client, database, tokens, usage, why
 from corral.commands import init as init_command
 from corral.commands import simulate as simulate_command
+from corral.commands import trace as trace_command
 
 SANDBOX_MISSING = 2
 """The exit status of `corral sandbox` and `corral demo` when corral-sandbox is not installed."""
@@ -239,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_parser(subcommands)
     usage.add_parser(subcommands)
     simulate_command.add_parser(subcommands)
+    trace_command.add_parser(subcommands)
     return parser
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from corral.commands.database import add_database_arguments, open_store
 from corral.commands.moments import since_when
+from corral.commands.trace import write_trace
 from corral.simulate.trace import export
 from corral.store import jobs, scaleset_jobs
 
@@ -52,18 +53,8 @@ def _export(args: argparse.Namespace) -> int:
     finally:
         store.close()
     result = export(history)
-    text = "".join(f"{line}\n" for line in result.lines)
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        try:
-            args.output.write_text(text)
-        except OSError as exc:
-            print(
-                f"corral jobs export: cannot write {str(args.output)!r} ({exc.strerror or exc}); check the path",
-                file=sys.stderr,
-            )
-            return 1
+    if not write_trace(result, args.output, "jobs export"):
+        return 1
     reasons = [f"{result.not_run} not completed or never started"] if result.not_run else []
     reasons += [f"{result.unfit} the trace format refuses (no labels?)"] if result.unfit else []
     left_out = f"; left out {', '.join(reasons)}" if reasons else ""

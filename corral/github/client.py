@@ -123,6 +123,22 @@ class QueuedJob:
 
 
 @dataclass(frozen=True)
+class RunJob:
+    """One job of a workflow run, as a history reads it: when it was queued, started and completed."""
+
+    id: int
+    repository: str
+    labels: tuple[str, ...]
+    status: str
+    conclusion: str | None
+    created_at: datetime | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    runner_name: str | None
+    workflow: str | None
+
+
+@dataclass(frozen=True)
 class FailedDelivery:
     id: int
     guid: str
@@ -427,6 +443,49 @@ class GitHubClient:
         batches = await asyncio.gather(*(jobs_of(run_id) for run_id in old_enough))
         return [job for batch in batches for job in batch]
 
+    # -- history: what `corral trace import` reads ------------------------------------------------
+
+    async def workflow_run_ids(self, scope: ScopeConfig, repository: str, *, created: str) -> tuple[int, list[int]]:
+        """The ids of the repository's workflow runs whose creation matches `created` (GitHub's search syntax
+        for dates: `2026-03-01T00:00:00Z..2026-03-01T23:59:59Z`), every page GitHub answers, with the total
+        count it reports. GitHub answers at most 1,000 runs of a filtered list: a total above the ids returned
+        says the range must be split."""
+        client = await self._client_for(scope)
+        total, ids, page = 0, [], 1
+        while True:
+            response = await self._call(
+                client,
+                "GET",
+                f"/repos/{repository}/actions/runs",
+                params={"created": created, "per_page": PER_PAGE, "page": page},
+            )
+            body = response.json()
+            total = int(body.get("total_count", 0))
+            batch = [int(run["id"]) for run in body.get("workflow_runs", [])]
+            ids.extend(batch)
+            if len(batch) < PER_PAGE or 'rel="next"' not in response.headers.get("link", ""):
+                return total, ids
+            page += 1
+
+    async def run_jobs(self, scope: ScopeConfig, repository: str, run_id: int) -> list[RunJob]:
+        """Every job of a run, every attempt's (`filter=all`: a re-run's jobs ran on runners too). Read as
+        plain JSON: a history reads thousands, and five fields and four times are all it needs."""
+        client = await self._client_for(scope)
+        jobs: list[RunJob] = []
+        page = 1
+        while True:
+            response = await self._call(
+                client,
+                "GET",
+                f"/repos/{repository}/actions/runs/{run_id}/jobs",
+                params={"filter": "all", "per_page": PER_PAGE, "page": page},
+            )
+            batch = response.json().get("jobs", [])
+            jobs.extend(_run_job(repository, job) for job in batch)
+            if len(batch) < PER_PAGE or 'rel="next"' not in response.headers.get("link", ""):
+                return jobs
+            page += 1
+
     # -- webhook deliveries (GitHub App only) -----------------------------------------------------
 
     async def failed_deliveries(self, newer_than: datetime) -> list[FailedDelivery]:
@@ -458,6 +517,25 @@ class GitHubClient:
 
     async def redeliver(self, delivery_id: int) -> None:
         await self._call(self._root, "POST", f"/app/hook/deliveries/{delivery_id}/attempts")
+
+
+def _run_job(repository: str, job: dict[str, Any]) -> RunJob:
+    def moment(key: str) -> datetime | None:
+        value = job.get(key)
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) and value else None
+
+    return RunJob(
+        id=int(job["id"]),
+        repository=repository,
+        labels=tuple(str(label) for label in job.get("labels") or ()),
+        status=str(job.get("status")),
+        conclusion=job.get("conclusion"),
+        created_at=moment("created_at"),
+        started_at=moment("started_at"),
+        completed_at=moment("completed_at"),
+        runner_name=job.get("runner_name") or None,
+        workflow=job.get("workflow_name") or None,
+    )
 
 
 def _next_cursor(link: str) -> str | None:

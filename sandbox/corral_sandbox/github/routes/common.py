@@ -70,10 +70,14 @@ def paginated(
     render: Any,
     envelope: str | None,
     base_url: str,
+    *,
+    total: int | None = None,
 ) -> JSONResponse:
-    """One page of `items` rendered by `render`, wrapped as `{total_count, <envelope>: [...]}` if named."""
+    """One page of `items` rendered by `render`, wrapped as `{total_count, <envelope>: [...]}` if named.
+    `total`: what `total_count` says when GitHub answers fewer than it counts (a filtered list's first 1,000)."""
     page = Page.from_query(request.query_params)
     rendered = [render(item) for item in page.slice(items)]
-    body: Any = rendered if envelope is None else {"total_count": len(items), envelope: rendered}
+    count = len(items) if total is None else total
+    body: Any = rendered if envelope is None else {"total_count": count, envelope: rendered}
     link = page.link_header(base_url, request.query_params, len(items))
     return JSONResponse(body, headers={"Link": link} if link else None)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -12,6 +16,47 @@ from corral_sandbox.github.routes.common import authorize, paginated, path_int, 
 from corral_sandbox.github.state import GitHubState
 
 RUN_STATUSES = {"queued", "in_progress", "completed", "waiting", "requested", "pending"}
+
+
+FILTERED_RESULTS = 1000
+"""GitHub answers at most this many runs of a list filtered by `created`, `status` and the like, while its
+`total_count` counts them all."""
+
+
+COMPARISONS: dict[str, Callable[[datetime, datetime], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+
+def _moment(text: str, *, end: bool) -> datetime:
+    """A `created` bound: a date (its first second, or its last when it ends a range) or an ISO 8601 time."""
+    if len(text) == 10:
+        day = datetime.fromisoformat(text).replace(tzinfo=UTC)
+        return day + timedelta(days=1) - timedelta(microseconds=1) if end else day
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def created_filter(text: str) -> Callable[[datetime], bool]:
+    """GitHub's search syntax for dates, as `?created=` takes it: `A..B` (`*` for an open side), `>=A`, `>A`,
+    `<=A`, `<A`, or `A` (a date: that whole day). A ValueError for anything else."""
+    if ".." in text:
+        low, high = text.split("..", 1)
+        start = None if low == "*" else _moment(low, end=False)
+        finish = None if high == "*" else _moment(high, end=True)
+        return lambda at: (start is None or at >= start) and (finish is None or at <= finish)
+    for symbol, compare in COMPARISONS.items():
+        if text.startswith(symbol):
+            bound = _moment(text[len(symbol) :], end=symbol in ("<=", ">"))
+            return lambda at: bool(compare(at, bound))
+    if len(text) == 10:
+        first, last = _moment(text, end=False), _moment(text, end=True)
+        return lambda at: first <= at <= last
+    exact = _moment(text, end=False)
+    return lambda at: at == exact
 
 
 def _matches(run: WorkflowRun, status: str | None) -> bool:
@@ -39,13 +84,21 @@ def register(router: APIRouter, state: GitHubState) -> None:
         u = urls(request, state)
         status = request.query_params.get("status")
         runs = [r for r in reversed(state.scheduler.runs_by_repo.get(repo.id, [])) if _matches(r, status)]
+        created = request.query_params.get("created")
+        if created is not None:
+            try:
+                within = created_filter(created)
+            except ValueError:
+                raise GitHubError(422, f"Validation Failed: created {created[:60]!r} is not a date query") from None
+            runs = [run for run in runs if within(run.created_at)]
         actor = state.directory.pat_owner
         return paginated(
             request,
-            runs,
+            runs[:FILTERED_RESULTS] if status is not None or created is not None else runs,
             lambda run: payloads.workflow_run(run, actor, u),
             "workflow_runs",
             f"{u.api}/repositories/{repo.id}/actions/runs",
+            total=len(runs),
         )
 
     @router.get("/repos/{owner}/{repo}/actions/runs")
