@@ -32,6 +32,11 @@ def open_store(args: argparse.Namespace, command: str, *, migrate: bool = True) 
     if url is None:
         print(f"corral {command}: give --config or --database-url", file=sys.stderr)
         return None
+    return open_store_at(url, command, migrate=migrate)
+
+
+def open_store_at(url: str, command: str, *, migrate: bool = True) -> Store | None:
+    """The store at `url`, as `open_store` opens it."""
     store = Store(url)
     try:
         if migrate:

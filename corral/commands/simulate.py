@@ -11,16 +11,22 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from corral.commands.database import open_store_at
 from corral.config import ConfigError, load_config, parse_duration
 from corral.simulate.html import render
 from corral.simulate.report import report
 from corral.simulate.run import DRAIN_S, LEAD_S, Settings, SimulationRefused, simulate
 from corral.simulate.trace import TraceError, load_trace
 from corral.simulate.world import BootTimes
+from corral.store import runners
 
 DEFAULT_BOOT = "60s"
+MIN_BOOTS = 10
+"""Measured boots a pool needs before its own distribution is replayed."""
 
 
 def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,10 +46,17 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     parser.add_argument("--seed", type=int, default=0, help="seed of boot times and boot failures (default 0)")
     parser.add_argument(
         "--boot-time",
-        default=DEFAULT_BOOT,
         metavar="TIME | P50,P95",
         help=f"from a create to its runner online: fixed (90s), or a log-normal by two percentiles (45s,2m); "
-        f"default {DEFAULT_BOOT}",
+        f"default: measured in --database-url's history, else {DEFAULT_BOOT}",
+    )
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="a corral database whose recent runners' boots (per pool) the simulation replays; only read",
+    )
+    parser.add_argument(
+        "--history", default="7d", metavar="DURATION", help="how far back --database-url's boots are read (7d)"
     )
     parser.add_argument(
         "--boot-failure-rate", type=float, default=0.0, metavar="R", help="share of servers that go to ERROR (0-1)"
@@ -93,6 +106,11 @@ def _simulate(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"corral simulate: cannot read {args.trace} ({exc.strerror or exc})", file=sys.stderr)
         return 2
+    if args.boot_time is None and args.database_url is not None:
+        measured = _measured_boots(args.database_url, args.history, list(config.pools))
+        if measured is None:
+            return 2
+        settings = replace(settings, boot=measured[0], boot_by_pool=measured[1])
     try:
         outcome = simulate(config, trace, settings)
     except SimulationRefused as exc:
@@ -118,13 +136,39 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.instances is not None and args.instances < 0:
         raise ValueError(f"--instances {args.instances}: give the instance quota, 0 or more")
     return Settings(
-        boot=_boot_times(args.boot_time),
+        boot=_boot_times(args.boot_time or DEFAULT_BOOT),
         boot_failure_rate=rate,
         seed=args.seed,
         lead=LEAD_S,
         drain=_duration(args.drain, "--drain"),
         instances=args.instances,
     )
+
+
+def _measured_boots(url: str, history: str, pools: list[str]) -> tuple[BootTimes, dict[str, BootTimes]] | None:
+    """The boot times a store's recent runners took: per pool with at least `MIN_BOOTS` of them, and over all
+    pools for the others (`DEFAULT_BOOT` when even those are too few). Says on stderr what it took."""
+    try:
+        window = _duration(history, "--history")
+    except ValueError as exc:
+        print(f"corral simulate: {exc}", file=sys.stderr)
+        return None
+    store = open_store_at(url, "simulate", migrate=False)
+    if store is None:
+        return None
+    try:
+        boots = store.run_blocking(runners.boot_seconds, datetime.now(UTC) - timedelta(seconds=window))
+    finally:
+        store.close()
+    every = [seconds for samples in boots.values() for seconds in samples]
+    overall = BootTimes.of(every) if len(every) >= MIN_BOOTS else BootTimes(parse_duration(DEFAULT_BOOT))
+    by_pool = {pool: BootTimes.of(boots[pool]) for pool in pools if len(boots.get(pool, ())) >= MIN_BOOTS}
+    for pool in pools:
+        boot = by_pool.get(pool, overall)
+        source = f"{len(boots.get(pool, ()))} runners of the last {history}" if pool in by_pool else "too few runners"
+        print(f"corral simulate: pool {pool} boots p50 {boot.p50:g}s, p95 {boot.p95 or boot.p50:g}s ({source})",
+              file=sys.stderr)  # fmt: skip
+    return overall, by_pool
 
 
 def _boot_times(text: str) -> BootTimes:

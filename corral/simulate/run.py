@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -58,6 +58,8 @@ class Settings:
     """How the world behaves, and how long the simulation runs around the trace."""
 
     boot: BootTimes = field(default_factory=lambda: BootTimes(60.0))
+    boot_by_pool: Mapping[str, BootTimes] = field(default_factory=dict)
+    """Pools whose boots differ from `boot` (as a store's history measured them)."""
     boot_failure_rate: float = 0.0
     seed: int = 0
     lead: float = LEAD_S
@@ -106,7 +108,13 @@ def simulate(config: CorralConfig, trace: Trace, settings: Settings = Settings()
 
 
 async def _run(config: CorralConfig, trace: Trace, settings: Settings, store: Store, clock: LoopClock) -> Outcome:
-    world = World(clock, boot=settings.boot, boot_failure_rate=settings.boot_failure_rate, seed=settings.seed)
+    world = World(
+        clock,
+        boot=settings.boot,
+        boot_by_pool=settings.boot_by_pool,
+        boot_failure_rate=settings.boot_failure_rate,
+        seed=settings.seed,
+    )
     clouds = CloudSet(
         {name: SimulatedCloud(world, name, config.installation, settings.instances) for name in config.cloud_settings()}
     )

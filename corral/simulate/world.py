@@ -23,7 +23,7 @@ import asyncio
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -54,6 +54,15 @@ class BootTimes:
             raise ValueError("a boot time is a finite number of seconds, 0 or more")
         if self.p95 is not None and not (math.isfinite(self.p95) and self.p95 >= self.p50):
             raise ValueError("the boot time's p95 must be finite and at least its p50")
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> BootTimes:
+        """The median and 95th percentile (nearest rank) of measured boots."""
+        ordered = sorted(samples)
+        if not ordered:
+            raise ValueError("no boot was measured")
+        p50, p95 = (ordered[max(math.ceil(share * len(ordered)), 1) - 1] for share in (0.5, 0.95))
+        return cls(p50, p95)
 
     def sample(self, rng: random.Random) -> float:
         """One boot time; fixed boot times draw nothing, so they leave the random sequence alone."""
@@ -161,12 +170,15 @@ class World:
         clock: Clock,
         *,
         boot: BootTimes,
+        boot_by_pool: Mapping[str, BootTimes] | None = None,
         boot_failure_rate: float = 0.0,
         seed: int = 0,
         deliver: DeliverNews | None = None,
     ) -> None:
         self.clock = clock
         self.boot = boot
+        self.boot_by_pool = dict(boot_by_pool or {})
+        """Pools whose boots differ from `boot` (measured in a store's history)."""
         self.boot_failure_rate = boot_failure_rate
         self.rng = random.Random(seed)
         self.deliver: DeliverNews = deliver or (lambda job, action: None)
@@ -214,7 +226,7 @@ class World:
         self.servers[server.id] = server
         self.ledger.servers.append(server)
         fails = self.boot_failure_rate > 0 and self.rng.random() < self.boot_failure_rate
-        delay = self.boot.sample(self.rng)
+        delay = self.boot_by_pool.get(server.pool, self.boot).sample(self.rng)
         self._later(delay, lambda: self._booted(server, fails))
         return server
 

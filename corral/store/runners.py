@@ -477,3 +477,17 @@ def live_scopes(connection: Connection) -> set[str]:
     """Scopes runners not yet deleted registered at (a removed pool's runners still need deregistering)."""
     query = select(RUNNERS.c.scope).where(RUNNERS.c.state.in_(LIVE)).distinct()
     return set(connection.execute(query).scalars())
+
+
+def boot_seconds(connection: Connection, since: datetime) -> dict[str, list[float]]:
+    """Per pool, how long each runner created since `since` took from its row's creation until corral saw it
+    online (`registered_at`): the boots `corral simulate` replays when told to take them from history."""
+    query = (
+        select(RUNNERS.c.pool, RUNNERS.c.created_at, RUNNERS.c.registered_at)
+        .where(RUNNERS.c.created_at >= since, RUNNERS.c.registered_at.is_not(None))
+        .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
+    )
+    found: dict[str, list[float]] = {}
+    for pool, created_at, registered_at in connection.execute(query):
+        found.setdefault(pool, []).append(max((registered_at - created_at).total_seconds(), 0.0))
+    return found

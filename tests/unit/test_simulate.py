@@ -10,10 +10,12 @@ show as a longer wait.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import insert
 
 from corral.cli import main
 from corral.config import CorralConfig, parse_config
@@ -22,6 +24,8 @@ from corral.simulate.report import Report, report
 from corral.simulate.run import Settings, SimulationRefused, simulate
 from corral.simulate.trace import Trace, TraceJob
 from corral.simulate.world import BootTimes
+from corral.store import Store
+from corral.store.schema import RUNNERS
 
 SMALL = ("self-hosted", "small")
 
@@ -230,3 +234,33 @@ def test_a_bad_config_exits_2_naming_the_key(files: tuple[Path, Path], capsys: p
     config_file.write_text(config_file.read_text().replace("flavor: m1.small", "flavor: m1.small\n    max_runners: -1"))
     assert main(["simulate", "--config", str(config_file), "--trace", str(trace_file)]) == 2
     assert "pools.small.max_runners" in capsys.readouterr().err
+
+
+def test_boot_times_are_taken_per_pool_from_a_stores_recent_runners(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`small` had 12 boots of 30, 35, ... 85 s: p50 55 s, p95 85 s. `large` had 3 of 100 s, too few of its own:
+    it takes all 15 boots' (p50 65 s, p95 100 s)."""
+    config_file, trace_file = files
+    config_file.write_text(config_file.read_text() + "  large:\n    scope: {org: octo-org}\n    labels: [large]\n"
+                           "    image: ubuntu\n    flavor: m1.large\ndefault_pool: small\n")  # fmt: skip
+    url = f"sqlite:///{config_file.parent / 'history.db'}"
+    store = Store(url)
+    store.migrate()
+    now = datetime.now(UTC) - timedelta(hours=1)
+    boots = [("small", 30.0 + 5 * index) for index in range(12)] + [("large", 100.0)] * 3
+    rows = [
+        {"id": f"r{index}", "pool": pool, "scope": "org:octo-org", "state": "deleted", "name": f"corral-{index}",
+         "labels": [pool], "created_at": now, "state_changed_at": now,
+         "registered_at": now + timedelta(seconds=seconds)}
+        for index, (pool, seconds) in enumerate(boots)
+    ]  # fmt: skip
+    store.run_blocking(lambda connection: connection.execute(insert(RUNNERS), rows))
+    store.close()
+    arguments = ["--config", str(config_file), "--trace", str(trace_file), "--database-url", url, "--format", "json"]
+    assert main(["simulate", *arguments]) == 0
+    captured = capsys.readouterr()
+    assert "pool small boots p50 55s, p95 85s (12 runners of the last 7d)" in captured.err
+    assert "pool large boots p50 65s, p95 100s (too few runners)" in captured.err
+    waits = json.loads(captured.out)["pools"]["small"]["wait_s"]
+    assert 30 <= waits["p50"] <= waits["max"] <= 150  # drawn from the measured distribution, not the 60 s default
