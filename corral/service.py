@@ -61,7 +61,7 @@ class Service:
         )
         self.operator = Operator(self.engine)
         """What the API asks of the engine and does to it (and nothing else of it)."""
-        self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group)
+        self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group, self.engine.clock)
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
         self._reloading = asyncio.Lock()

@@ -21,6 +21,7 @@ before `start()`, or its first pass would create the runners itself.
 
 from __future__ import annotations
 
+from corral.clock import utcnow
 from corral.cloud.openstack import OpenStackProvider
 from corral.engine.creator import server_spec
 from corral.model import Reason, Runner, RunnerState, Transition
@@ -60,7 +61,7 @@ def seed_idle_runners(corral: LocalCorral, sandbox: Sandbox, pool: str, count: i
     intents = [
         NewRunner(pool=pool, scope=spec.scope.key, labels=tuple(spec.labels), reason=Reason.WARM, cloud=placement.cloud)
     ] * count
-    pending = store.run_blocking(runners.add, config.name_prefix, intents, max_runners=spec.max_runners)
+    pending = store.run_blocking(runners.add, config.name_prefix, intents, max_runners=spec.max_runners, now=utcnow())
     if len(pending) != count:
         raise ValueError(f"pool {pool}: max_runners {spec.max_runners} leaves room for {len(pending)} of {count}")
 
@@ -126,7 +127,7 @@ def seed_idle_runners(corral: LocalCorral, sandbox: Sandbox, pool: str, count: i
         timeout=10 + count * SECONDS_PER_RUNNER,
         what=f"{count} seeded servers active and their runners online",
     )
-    store.run_blocking(runners.mark_active, [runner.id for runner in booting])
+    store.run_blocking(runners.mark_active, [runner.id for runner in booting], now=utcnow())
     now = corral.service.engine.clock.now()
     return _moved(
         corral,
@@ -148,7 +149,7 @@ def start_with_idle_runners(corral: LocalCorral, sandbox: Sandbox, pool: str, co
 
 def _moved(corral: LocalCorral, transitions: list[Transition]) -> list[Runner]:
     """Apply the moves in one transaction, as the engine's mover would, each of which must hold."""
-    moved = corral.service.store.run_blocking(runners.apply, transitions)
+    moved = corral.service.store.run_blocking(runners.apply, transitions, now=utcnow())
     done = [runner for runner in moved if runner is not None]
     if len(done) != len(transitions):
         raise RuntimeError(f"{len(transitions) - len(done)} seeded runners moved by someone else meanwhile")

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from corral.api.dashboard import CONTENT_SECURITY_POLICY
+from corral.clock import utcnow
 from corral.model import Delivery, JobState, JobUpdate
 from corral.store import jobs
 from corral_sandbox.local import LocalCorral
@@ -58,7 +59,7 @@ def test_limits_in_range_are_honoured(api: httpx.Client, corral: LocalCorral) ->
         )
         for job_id in (1, 2, 3)
     ]
-    corral.service.store.run_blocking(jobs.record, polled)
+    corral.service.store.run_blocking(jobs.record, polled, now=utcnow())
     assert len(api.get("/api/v1/jobs", params={"limit": 1}).json()) == 1
     assert len(api.get("/api/v1/jobs", params={"limit": 1000}).json()) == 3
 

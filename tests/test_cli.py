@@ -175,7 +175,7 @@ def recorded_job(store: Store, job_id: int, queued: datetime, ran_s: float, work
         workflow=workflow,
     )
     delivery = Delivery(id=f"delivery-{job_id}", event="workflow_job", action="completed", job=update)
-    store.run_blocking(jobs.record, [delivery], now=update.completed_at)
+    store.run_blocking(jobs.record, [delivery], now=queued + timedelta(seconds=30 + ran_s))
 
 
 def test_jobs_export_writes_the_databases_jobs_as_a_trace_that_reads_back(

@@ -48,11 +48,11 @@ from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url
 
 def add(store: Store, pool: str = "small", job_id: int | None = None) -> Runner:
     intent = NewRunner(pool=pool, scope="org:octo", labels=(pool,), reason=Reason.WARM, job_id=job_id)
-    return store.run_blocking(runners.add, "corral", [intent])[0]
+    return store.run_blocking(runners.add, "corral", [intent], now=utcnow())[0]
 
 
 def move(store: Store, runner: Runner, target: RunnerState, reason: Reason, **fields: object) -> Runner | None:
-    return store.run_blocking(runners.apply, [Transition(runner, target, reason, **fields)])[0]  # type: ignore[arg-type]
+    return store.run_blocking(runners.apply, [Transition(runner, target, reason, **fields)], now=utcnow())[0]  # type: ignore[arg-type]
 
 
 def queued(job_id: int, status: JobState = JobState.QUEUED, **extra: object) -> JobUpdate:
@@ -141,7 +141,7 @@ def test_runners_filter_by_pool_and_state(store: Store) -> None:
 def test_a_pools_runners_come_with_the_job_a_webhook_said_they_took(store: Store) -> None:
     runner = add(store, job_id=5)
     taken = queued(6, JobState.IN_PROGRESS, runner_name=runner.name)
-    store.run_blocking(jobs.record, [delivery("d5", queued(5)), delivery("d6", taken)])
+    store.run_blocking(jobs.record, [delivery("d5", queued(5)), delivery("d6", taken)], now=utcnow())
     [row] = store.run_blocking(runners.live_of_pool, "small")
     assert (row.runner.id, row.job_id, row.job_status, row.job_had_runner) == (
         runner.id,
@@ -152,7 +152,7 @@ def test_a_pools_runners_come_with_the_job_a_webhook_said_they_took(store: Store
 
 
 def test_a_runner_that_took_another_job_is_counted_on_its_own(store: Store) -> None:
-    store.run_blocking(jobs.record, [delivery("d1", queued(1))])
+    store.run_blocking(jobs.record, [delivery("d1", queued(1))], now=utcnow())
     runner = add(store, job_id=1)
     booting = move(store, runner, RunnerState.CREATING, Reason.CREATE_REQUESTED)
     assert booting is not None
@@ -177,7 +177,9 @@ def test_a_job_its_ended_runner_left_in_progress_is_due_at_once_and_after_each_m
     assert booting is not None
     busy = move(store, booting, RunnerState.BUSY, Reason.TOOK_JOB)
     assert busy is not None
-    store.run_blocking(jobs.record, [delivery("p", queued(5, JobState.IN_PROGRESS, runner_name=runner.name))])
+    store.run_blocking(
+        jobs.record, [delivery("p", queued(5, JobState.IN_PROGRESS, runner_name=runner.name))], now=utcnow()
+    )
     long_ago = utcnow() - timedelta(hours=1)  # nothing is stale
 
     def due() -> list[int]:
@@ -190,17 +192,17 @@ def test_a_job_its_ended_runner_left_in_progress_is_due_at_once_and_after_each_m
     finished = move(store, busy, RunnerState.FINISHED, Reason.DEREGISTERED)
     assert finished is not None
     assert due() == [5], "its runner ended"
-    store.run_blocking(jobs.checked, 5, status=JobState.IN_PROGRESS, conclusion=None)
+    store.run_blocking(jobs.checked, 5, status=JobState.IN_PROGRESS, conclusion=None, now=utcnow())
     assert due() == [], "GitHub was asked since"
     move(store, finished, RunnerState.DELETING, Reason.CLEANUP)
     assert due() == [5], "due again once the runner moved on"
-    store.run_blocking(jobs.checked, 5, status=JobState.COMPLETED, conclusion="success")
+    store.run_blocking(jobs.checked, 5, status=JobState.COMPLETED, conclusion="success", now=utcnow())
     assert due() == []
 
 
 def test_a_redelivered_webhook_is_recognised_and_changes_nothing(store: Store) -> None:
-    first = store.run_blocking(jobs.record, [delivery("d1", queued(1))])
-    again = store.run_blocking(jobs.record, [delivery("d1", queued(1, JobState.COMPLETED))])
+    first = store.run_blocking(jobs.record, [delivery("d1", queued(1))], now=utcnow())
+    again = store.run_blocking(jobs.record, [delivery("d1", queued(1, JobState.COMPLETED))], now=utcnow())
     assert (first.outcomes, again.outcomes) == ((DeliveryOutcome.RECORDED,), (DeliveryOutcome.DUPLICATE,))
     job = store.run_blocking(jobs.get, 1)
     assert job is not None and job.status is JobState.QUEUED
@@ -214,7 +216,7 @@ def test_one_group_with_repeats_and_out_of_order_events(store: Store) -> None:
         delivery("p", queued(8, JobState.IN_PROGRESS, runner_name="r1")),
         delivery("q8", queued(8)),
     ]
-    result = store.run_blocking(jobs.record, group)
+    result = store.run_blocking(jobs.record, group, now=utcnow())
     assert result.outcomes == (
         DeliveryOutcome.RECORDED,
         DeliveryOutcome.RECORDED,
@@ -229,11 +231,11 @@ def test_one_group_with_repeats_and_out_of_order_events(store: Store) -> None:
 
 
 def test_jobs_never_move_backwards_across_groups(store: Store) -> None:
-    store.run_blocking(jobs.record, [delivery("c", queued(7, JobState.COMPLETED, conclusion="success"))])
-    store.run_blocking(jobs.record, [delivery("q", queued(7))])
+    store.run_blocking(jobs.record, [delivery("c", queued(7, JobState.COMPLETED, conclusion="success"))], now=utcnow())
+    store.run_blocking(jobs.record, [delivery("q", queued(7))], now=utcnow())
     job = store.run_blocking(jobs.get, 7)
     assert job is not None and (job.status, job.conclusion) == (JobState.COMPLETED, "success")
-    store.run_blocking(jobs.checked, 7, status=JobState.QUEUED, conclusion=None)
+    store.run_blocking(jobs.checked, 7, status=JobState.QUEUED, conclusion=None, now=utcnow())
     job = store.run_blocking(jobs.get, 7)
     assert job is not None and job.status is JobState.COMPLETED and job.checked_at is not None
 
@@ -268,7 +270,7 @@ def test_history_older_than_retention_is_pruned_in_batches(store: Store) -> None
     assert deleting is not None
     move(store, deleting, RunnerState.DELETED, Reason.GONE)
     live = add(store)
-    store.run_blocking(jobs.record, [delivery(f"d{n}", queued(n)) for n in range(5)])
+    store.run_blocking(jobs.record, [delivery(f"d{n}", queued(n)) for n in range(5)], now=utcnow())
     nothing = store.run_blocking(retention.prune_batch, older_than=utcnow() - timedelta(days=1), batch=2)
     assert nothing == 0, "nothing is older than a day"
     later = utcnow() + timedelta(seconds=1)
@@ -283,11 +285,11 @@ def test_history_older_than_retention_is_pruned_in_batches(store: Store) -> None
 def test_an_old_holder_closing_its_session_late_leaves_the_new_holders_session_shown(store: Store) -> None:
     """A scale-set pool moved: its new holder opened a session before the old one had recorded closing its
     own. The late close must not make every replica show the pool's session as closed."""
-    store.run_blocking(pools.set_scale_set, "scaled", 7, "old-session")
-    store.run_blocking(pools.set_scale_set, "scaled", 7, "new-session")
-    store.run_blocking(pools.release_session, "scaled", "old-session")
+    store.run_blocking(pools.set_scale_set, "scaled", 7, "old-session", now=utcnow())
+    store.run_blocking(pools.set_scale_set, "scaled", 7, "new-session", now=utcnow())
+    store.run_blocking(pools.release_session, "scaled", "old-session", now=utcnow())
     assert store.run_blocking(pools.statuses)["scaled"].scale_set_session == "new-session"
-    store.run_blocking(pools.release_session, "scaled", "new-session")
+    store.run_blocking(pools.release_session, "scaled", "new-session", now=utcnow())
     assert store.run_blocking(pools.statuses)["scaled"].scale_set_session is None
 
 
@@ -323,11 +325,15 @@ def test_a_reading_counts_other_replicas_servers_made_before_it_and_no_others(st
     mine = store.run_blocking(quota.made_since, ["other"], reading_began, DEFAULT_CLOUD, True, excluding=[in_flight.id])
     assert mine == {"other": 1}
     store.run_blocking(
-        pools.set_quota, "other", server_cost={"cores": 2, "ram_mb": 2048}, waiting=0, waiting_at=utcnow()
+        pools.set_quota, "other", server_cost={"cores": 2, "ram_mb": 2048}, waiting=0, waiting_at=utcnow(), now=utcnow()
     )
-    store.run_blocking(pools.publish, "never-checked", generation=1, ready=False, reason=None, removed=False)
+    store.run_blocking(
+        pools.publish, "never-checked", generation=1, ready=False, reason=None, removed=False, now=utcnow()
+    )
     assert store.run_blocking(quota.server_costs, ["other", "never-checked"]) == {"other": {"cores": 2, "ram_mb": 2048}}
-    store.run_blocking(pools.set_quota, "other", server_cost=None, waiting=3, waiting_at=utcnow(), waiting_cloud="west")
+    store.run_blocking(
+        pools.set_quota, "other", server_cost=None, waiting=3, waiting_at=utcnow(), waiting_cloud="west", now=utcnow()
+    )
     other = store.run_blocking(pools.statuses)["other"]
     assert (other.quota_waiting, other.quota_waiting_cloud) == (3, "west"), "a wait says whose quota it waits for"
 
@@ -347,16 +353,18 @@ def test_another_replicas_runners_count_against_the_quota_before_their_cost_is_k
         return store.run_blocking(room, count)
 
     assert room_for(3) == 1, "of three instances left, the other replica's two runners take two"
-    store.run_blocking(pools.set_server_cost, "other", {"cores": 4, "ram_mb": 1024})
+    store.run_blocking(pools.set_server_cost, "other", {"cores": 4, "ram_mb": 1024}, now=utcnow())
     assert room_for(3) == 1, "with their cost known: 8 of the 10 cores taken leave room for one 2-core server"
-    store.run_blocking(pools.set_server_cost, "other", {"cores": 5, "ram_mb": 1024})
+    store.run_blocking(pools.set_server_cost, "other", {"cores": 5, "ram_mb": 1024}, now=utcnow())
     assert room_for(3) == 0, "and their 10 cores leave none"
 
 
 def test_pool_status_round_trip(store: Store) -> None:
-    store.run_blocking(pools.publish, "small", generation=3, ready=False, reason="image 'x' not found", removed=False)
-    store.run_blocking(pools.publish, "small", generation=4, ready=True, reason=None, removed=False)
-    store.run_blocking(pools.set_drained, "small", True)
+    store.run_blocking(
+        pools.publish, "small", generation=3, ready=False, reason="image 'x' not found", removed=False, now=utcnow()
+    )
+    store.run_blocking(pools.publish, "small", generation=4, ready=True, reason=None, removed=False, now=utcnow())
+    store.run_blocking(pools.set_drained, "small", True, now=utcnow())
     status = store.run_blocking(pools.statuses)["small"]
     assert (status.applied_generation, status.ready, status.reason, status.drained) == (4, True, None, True)
 
@@ -385,9 +393,9 @@ def test_runners_are_added_only_up_to_max_runners_counting_those_that_hold_capac
     move(store, first, RunnerState.FAILED, Reason.CLOUD_REJECTED)
     add(store, pool="other")
     intents = [NewRunner(pool="small", scope="org:octo", labels=("small",), reason=Reason.WARM) for _ in range(3)]
-    added = store.run_blocking(runners.add, "corral", intents, max_runners=3)
+    added = store.run_blocking(runners.add, "corral", intents, max_runners=3, now=utcnow())
     assert len(added) == 2, "one runner holds capacity (the failed one and the other pool's do not): room for two"
-    assert store.run_blocking(runners.add, "corral", intents, max_runners=3) == []
+    assert store.run_blocking(runners.add, "corral", intents, max_runners=3, now=utcnow()) == []
 
 
 def test_writers_racing_on_postgresql_never_fill_a_pool_past_max_runners() -> None:
@@ -403,7 +411,7 @@ def test_writers_racing_on_postgresql_never_fill_a_pool_past_max_runners() -> No
         def write(store: Store) -> None:
             intents = [NewRunner(pool="small", scope="org:octo", labels=("small",), reason=Reason.WARM)] * 3
             start.wait()
-            added.append(len(store.run_blocking(runners.add, "corral", intents, max_runners=max_runners)))
+            added.append(len(store.run_blocking(runners.add, "corral", intents, max_runners=max_runners, now=utcnow())))
 
         threads = [threading.Thread(target=write, args=(store,)) for store in stores]
         for thread in threads:
@@ -431,10 +439,12 @@ def test_a_write_under_a_stale_fence_is_refused_and_writes_nothing() -> None:
         second = store.run_blocking(leases.acquire, "small", "replica-2", timedelta(seconds=30))
         assert second is not None and second[0].number == stale.number + 1
         with pytest.raises(leases.LeaseLost, match="pool small"):
-            store.run_blocking(runners.add, "corral", [intent], fence=stale)
-        runner = store.run_blocking(runners.add, "corral", [intent], fence=second[0])[0]
+            store.run_blocking(runners.add, "corral", [intent], fence=stale, now=utcnow())
+        runner = store.run_blocking(runners.add, "corral", [intent], fence=second[0], now=utcnow())[0]
         with pytest.raises(leases.LeaseLost):
-            store.run_blocking(runners.apply, [Transition(runner, RunnerState.FAILED, Reason.OPERATOR)], [stale])
+            store.run_blocking(
+                runners.apply, [Transition(runner, RunnerState.FAILED, Reason.OPERATOR)], [stale], now=utcnow()
+            )
         assert store.run_blocking(leases.renew, [stale], timedelta(seconds=30)) == set()
         assert store.run_blocking(leases.renew, [second[0]], timedelta(seconds=30)) == {"small"}
         assert [r.state for r in store.run_blocking(runners.listing)] == [RunnerState.PENDING]
@@ -495,9 +505,9 @@ def test_a_clouds_backoff_for_a_pool_outlives_its_holder(store: Store) -> None:
 
 
 def test_redelivery_requests_are_counted_for_every_replica_and_pruned(store: Store) -> None:
-    store.run_blocking(redeliveries.asked, "guid-1")
-    store.run_blocking(redeliveries.asked, "guid-1")
-    store.run_blocking(redeliveries.asked, "guid-2")
+    store.run_blocking(redeliveries.asked, "guid-1", now=utcnow())
+    store.run_blocking(redeliveries.asked, "guid-1", now=utcnow())
+    store.run_blocking(redeliveries.asked, "guid-2", now=utcnow())
     other = Store(store.url)
     try:
         assert other.run_blocking(redeliveries.attempts, ["guid-1", "guid-2", "guid-3"]) == {"guid-1": 2, "guid-2": 1}

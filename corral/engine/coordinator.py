@@ -113,11 +113,11 @@ class Engine:
             log_once=self.log_once,
             clock=clock,
         )
-        self.mover = Mover(store, fence=self.leases.fence)
+        self.mover = Mover(store, fence=self.leases.fence, clock=clock)
         self.checker = PoolChecker(
             cloud, self._cloud_threads, self.log_once, clock.monotonic, lambda: running.config.tuning.pool_recheck
         )
-        self.rollouts = Rollouts(lambda: running.config)
+        self.rollouts = Rollouts(lambda: running.config, clock)
         self.workers = KeyedWorkers(lambda name: self.reconciler.reconcile_pool(name), clock)
         self.scalesets = ScaleSetIntake(
             lambda: running.config,

@@ -72,7 +72,7 @@ class Housekeeper:
         self.cloud_threads = cloud_threads
         self.clock = clock
         self.stopping = stopping
-        self.outages = Outages()
+        self.outages = Outages(clock)
         """The clouds' and GitHub's outages, as the looks find them (logged once each way)."""
         self.ask_github = asyncio.Event()
         """Set when a job's fate became uncertain (its runner took a job corral cannot name): ask GitHub soon."""
@@ -98,6 +98,7 @@ class Housekeeper:
             executor=self.cloud_threads,
             volumes=self.running.config.uses_volumes(),
             outages=self.outages,
+            clock=self.clock,
         )
         for name, budget in self.quotas.items():
             budget.refresh(observation.headrooms.get(name), began, began_wall)

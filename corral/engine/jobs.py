@@ -200,7 +200,7 @@ class JobTracker:
                 for job in found
             ]
             if deliveries:
-                await self.store.run(store_jobs.record, deliveries)
+                await self.store.run(store_jobs.record, deliveries, now=self.clock.now())
             for delivery in deliveries:
                 assert delivery.job is not None
                 JOBS_RECOVERED.labels("poll").inc()

@@ -59,7 +59,7 @@ class RunnerJudge:
         self._ask_github = ask_github
         self._clock = clock
         """What a runner's `registered_at` is stamped by."""
-        self._rollouts = rollouts or Rollouts(config)
+        self._rollouts = rollouts or Rollouts(config, clock)
         """Told which runners came online or failed to: a rollout judges its new image by them."""
         self._noted_active: dict[str, None] = {}
         """Runners whose ACTIVE server is already noted (insertion-ordered, the oldest forgotten first)."""

@@ -128,14 +128,14 @@ class Operator:
 
     async def job_story(self, job_id: int, *, scale_set: bool = False) -> JobStory | None:
         """A job's timeline and, while it waits, what holds it (None: no such job)."""
-        return await job_story(self._engine, job_id, scale_set=scale_set)
+        return await job_story(self._engine, job_id, scale_set=scale_set, clock=self._engine.clock)
 
     # -- actions ----------------------------------------------------------------------------------
 
     async def set_drained(self, name: str, drained: bool) -> None:
         """Drain: no new runners and idle ones retired (busy ones finish); undrain to resume."""
         engine = self._engine
-        await engine.store.run(pools.set_drained, name, drained)
+        await engine.store.run(pools.set_drained, name, drained, now=engine.clock.now())
         (engine.drained.add if drained else engine.drained.discard)(name)
         if engine.leases.holds(name):
             await engine.workers.run_now(name)

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from corral.clock import utcnow
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.config import CorralConfig, pool_of_placement
 from corral.metrics import IMAGE_PROMOTIONS, IMAGE_ROLLBACKS
 from corral.model import PoolStatus, Runner
@@ -46,6 +46,8 @@ class Rollout:
 
     from_image: str
     to_image: str
+    started_at: datetime
+    """When it began: jobs that succeeded on the new image since then promote a canary."""
     online: int = 0
     """Runners on the new image that came online."""
     failed: int = 0
@@ -53,8 +55,6 @@ class Rollout:
     rolled_back: bool = False
     canary: bool = False
     """Only a share of new runners get the new image, until enough jobs succeed on it."""
-    started_at: datetime = field(default_factory=utcnow)
-    """When it began: jobs that succeeded on the new image since then promote a canary."""
     canaries: int = 0
     """New runners given the new image while it was a canary..."""
     kept: int = 0
@@ -96,8 +96,9 @@ class Rollouts:
     placement may name its own image: its image as last checked, and its rollout. What a rollout may do
     (`rollout.*`) is the pool's."""
 
-    def __init__(self, config: Callable[[], CorralConfig]) -> None:
+    def __init__(self, config: Callable[[], CorralConfig], clock: Clock = SYSTEM_CLOCK) -> None:
         self._config = config
+        self._clock = clock
         self._checked: dict[str, str] = {}
         """The image each placement's checks last resolved to."""
         self._rollouts: dict[str, Rollout] = {}
@@ -148,7 +149,7 @@ class Rollouts:
             rollout = self._rollouts.get(key)
             saved[key] = {"checked": self._checked.get(key), "rollout": rollout.saved() if rollout else None}
         try:
-            await store.run(pools.set_rollouts, pool, saved)
+            await store.run(pools.set_rollouts, pool, saved, now=self._clock.now())
         except BaseException:
             self._unsaved.add(pool)  # the next pass writes it again
             raise
@@ -280,7 +281,9 @@ class Rollouts:
         # A rolled-back rollout's new image was never in service: the next one starts from the old image.
         start = rollout.from_image if rollout is not None and (rollout.rolled_back or rollout.canary) else previous
         share = self._share(key)
-        self._rollouts[key] = Rollout(from_image=start, to_image=checked, canary=share is not None)
+        self._rollouts[key] = Rollout(
+            from_image=start, to_image=checked, canary=share is not None, started_at=self._clock.now()
+        )
         if share is None:
             logger.info("pool %s: rolling out image %s (was %s)", key, checked, start)
         else:

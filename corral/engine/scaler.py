@@ -481,6 +481,7 @@ class Scaler:
                 max_runners=pool.max_runners,
                 fence=self._fence(name),
                 room=room,
+                now=self._wall(),
             )
         except BaseException:
             for claim in group.claims:  # no runner was written: the room they held is free again

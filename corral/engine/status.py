@@ -97,6 +97,7 @@ class StatusPublisher:
             waiting=waiting,
             waiting_at=self._clock.now(),
             waiting_cloud=cloud,
+            now=self._clock.now(),
         )
         self._quota_published[snapshot.name] = (cost, waiting, cloud, now)
         if cost is not None:
@@ -108,7 +109,7 @@ class StatusPublisher:
         carries it is published only after the pass that creates them)."""
         if self._cost_written.get(name) == cost:
             return
-        await self._store.run(pools.set_server_cost, name, asdict(cost))
+        await self._store.run(pools.set_server_cost, name, asdict(cost), now=self._clock.now())
         self._cost_written[name] = cost
 
     async def forget(self, name: str) -> None:

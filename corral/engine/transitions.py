@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.metrics import RUNNER_FAILURES, RUNNER_SECONDS, RUNNER_TRANSITIONS
 from corral.model import FAILURE_REASONS, Reason, Runner, RunnerState, Transition
 from corral.store import Store, runners
@@ -24,9 +25,13 @@ CAN_FAIL = frozenset(state for state in RunnerState if state.can_become(RunnerSt
 class Mover:
     """Applies transitions, logs each one with its fields, and counts it by pool, state and reason."""
 
-    def __init__(self, store: Store, fence: Callable[[str], Fence | None] = lambda _: None) -> None:
+    def __init__(
+        self, store: Store, fence: Callable[[str], Fence | None] = lambda _: None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        """`clock`: what each transition and event is stamped by (the engine's)."""
         self._store = store
         self._fence = fence
+        self._clock = clock
 
     async def apply(self, transitions: Sequence[Transition]) -> list[Runner | None]:
         """Apply a group of transitions in one transaction; None for each one someone else beat us to.
@@ -36,7 +41,7 @@ class Mover:
             return []
         fences = [self._fence(pool) for pool in sorted({move.runner.pool for move in transitions})]
         held = [fence for fence in fences if fence is not None]
-        moved = await self._store.run(runners.apply, transitions, held)
+        moved = await self._store.run(runners.apply, transitions, held, now=self._clock.now())
         for transition, result in zip(transitions, moved, strict=True):
             if result is None:
                 logger.debug(
@@ -85,11 +90,11 @@ class Mover:
 
     async def mark_active(self, runner_ids: Sequence[str]) -> None:
         """Booting runners whose servers were seen ACTIVE: a step in their history, not a move."""
-        await self._store.run(runners.mark_active, runner_ids)
+        await self._store.run(runners.mark_active, runner_ids, now=self._clock.now())
 
     async def note(self, runner: Runner, reason: Reason, message: str) -> None:
         """Record on the runner something that went wrong without moving it (its state stays as it was)."""
-        await self._store.run(runners.note, runner, reason, message)
+        await self._store.run(runners.note, runner, reason, message, now=self._clock.now())
         logger.warning(
             "runner %s (pool %s): %s: %s",
             runner.name,

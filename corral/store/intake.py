@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from corral.clock import SYSTEM_CLOCK, Clock
 from corral.model import Delivery, DeliveryOutcome, IntakeResult
 from corral.outages import log_unexpected
 from corral.store import jobs
@@ -22,9 +23,17 @@ logger = logging.getLogger("corral.store")
 class Intake:
     """Records deliveries in groups; `on_recorded` hears which pools the group woke."""
 
-    def __init__(self, store: Store, on_recorded: Callable[[IntakeResult], None], group: int = 500) -> None:
-        """`group`: deliveries per transaction at most, which keeps one commit short even after a pause."""
+    def __init__(
+        self,
+        store: Store,
+        on_recorded: Callable[[IntakeResult], None],
+        group: int = 500,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """`group`: deliveries per transaction at most, which keeps one commit short even after a pause;
+        `clock`: what a delivery's receipt is stamped by (the engine's)."""
         self._group = group
+        self._clock = clock
         self._store = store
         self._on_recorded = on_recorded
         self._waiting: list[tuple[Delivery, asyncio.Future[DeliveryOutcome]]] = []
@@ -43,7 +52,9 @@ class Intake:
         while self._waiting:
             group, self._waiting = self._waiting[: self._group], self._waiting[self._group :]
             try:
-                result: IntakeResult = await self._store.run(jobs.record, [delivery for delivery, _ in group])
+                result: IntakeResult = await self._store.run(
+                    jobs.record, [delivery for delivery, _ in group], now=self._clock.now()
+                )
             except Exception as exc:
                 for _, outcome in group:
                     if not outcome.done():

@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import Connection, case, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from corral.clock import utcnow
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, Job, JobState, JobUpdate, QueuedJob, RunnerState
 from corral.store.schema import DELIVERIES, JOBS, RUNNERS
 
@@ -162,14 +161,13 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], sources: dict[
     )
 
 
-def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datetime | None = None) -> IntakeResult:
+def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datetime) -> IntakeResult:
     """Record a group of deliveries and the job updates they carry; say which were new and whom to wake.
 
     The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
     pool (a runner of one pool may take a job matched to another). `now` stamps the rows (the caller's clock;
     the system's by default).
     """
-    now = now or utcnow()
     ids = [d.id for d in deliveries if d.id is not None]
     known: set[str] = set()
     for start in range(0, len(ids), IN_CLAUSE_CHUNK):
@@ -339,10 +337,10 @@ def checked(
     conclusion: str | None,
     runner_name: str | None = None,
     completed_at: datetime | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> None:
     """Record what GitHub said of a job when asked directly (at `now`); it never moves backwards either."""
-    connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(checked_at=now or utcnow()))
+    connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(checked_at=now))
     forward: dict[str, Any] = {"status": status.value, "conclusion": conclusion}
     if runner_name:
         forward["runner_name"] = runner_name

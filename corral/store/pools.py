@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
-from corral.clock import utcnow
 from corral.model import PoolStatus
 from corral.store.schema import POOL_STATUS as POOLS
 
@@ -48,24 +47,24 @@ def publish(
     ready: bool,
     reason: str | None,
     removed: bool,
-    now: datetime | None = None,
+    now: datetime,
 ) -> None:
     _upsert(connection, name, now=now, applied_generation=generation, ready=ready, reason=reason, removed=removed)
 
 
-def set_drained(connection: Connection, name: str, drained: bool) -> None:
-    _upsert(connection, name, drained=drained)
+def set_drained(connection: Connection, name: str, drained: bool, *, now: datetime) -> None:
+    _upsert(connection, name, now=now, drained=drained)
 
 
 def set_create_backoff(
-    connection: Connection, name: str, failures: int, paused_until: datetime | None, *, now: datetime | None = None
+    connection: Connection, name: str, failures: int, paused_until: datetime | None, *, now: datetime
 ) -> None:
     """The pool's create backoff as its holder has it now (0 and None when creates go at full speed)."""
     _upsert(connection, name, now=now, create_failures=failures, create_paused_until=paused_until)
 
 
 def set_scale_set(
-    connection: Connection, name: str, scale_set_id: int | None, session: str | None, *, now: datetime | None = None
+    connection: Connection, name: str, scale_set_id: int | None, session: str | None, *, now: datetime
 ) -> None:
     """A scale-set pool's scale set and the session its holder has open (None: none open)."""
     _upsert(connection, name, now=now, scale_set_id=scale_set_id, scale_set_session=session)
@@ -79,7 +78,7 @@ def set_quota(
     waiting: int,
     waiting_at: datetime,
     waiting_cloud: str | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> None:
     """What the pool's holder knows of it that replicas sharing the project plan with: a server's cost, and
     how many runners for queued jobs the quota holds back (renewed while it does, else it lapses) in which
@@ -95,32 +94,30 @@ def set_quota(
     )
 
 
-def set_server_cost(connection: Connection, name: str, server_cost: dict[str, int]) -> None:
+def set_server_cost(connection: Connection, name: str, server_cost: dict[str, int], *, now: datetime) -> None:
     """What one of the pool's servers costs of the quota, written before its holder's first runners: replicas
     sharing the project count those runners at this cost, and a runner whose cost they cannot read yet would
     count as a bare instance."""
-    _upsert(connection, name, server_cost=server_cost)
+    _upsert(connection, name, now=now, server_cost=server_cost)
 
 
-def set_cloud_backoffs(
-    connection: Connection, name: str, backoffs: dict[str, Any], *, now: datetime | None = None
-) -> None:
+def set_cloud_backoffs(connection: Connection, name: str, backoffs: dict[str, Any], *, now: datetime) -> None:
     """The pool's backoff in each cloud that failed it lately (`{cloud: {failures, paused_until}}`)."""
     _upsert(connection, name, now=now, cloud_backoffs=backoffs)
 
 
-def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any]) -> None:
+def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any], *, now: datetime) -> None:
     """Per placement of the pool: the image its last check resolved to, and its rollout (None: none)."""
-    _upsert(connection, name, rollouts=rollouts)
+    _upsert(connection, name, now=now, rollouts=rollouts)
 
 
-def release_session(connection: Connection, name: str, session: str, *, now: datetime | None = None) -> None:
+def release_session(connection: Connection, name: str, session: str, *, now: datetime) -> None:
     """The holder that opened `session` has closed it: the pool shows none open, unless a newer holder has
     already recorded its own (an old holder closing late must not erase the new one's)."""
     connection.execute(
         update(POOLS)
         .where(POOLS.c.name == name, POOLS.c.scale_set_session == session)
-        .values(scale_set_session=None, updated_at=now or utcnow())
+        .values(scale_set_session=None, updated_at=now)
     )
 
 
@@ -128,9 +125,9 @@ _NEW_ROW = {"applied_generation": 0, "ready": False, "removed": False, "drained"
 """What a pool's first row says about whatever its first write does not set."""
 
 
-def _upsert(connection: Connection, name: str, *, now: datetime | None = None, **values: object) -> None:
-    """Write `values` to the pool's row (made if missing), stamped `now` (the system's clock by default)."""
-    updated_at = now or utcnow()
+def _upsert(connection: Connection, name: str, *, now: datetime, **values: object) -> None:
+    """Write `values` to the pool's row (made if missing), stamped `now` (the writer's clock)."""
+    updated_at = now
     changed = connection.execute(update(POOLS).where(POOLS.c.name == name).values(**values, updated_at=updated_at))
     if not changed.rowcount:
         connection.execute(insert(POOLS).values({**_NEW_ROW, **values, "name": name, "updated_at": updated_at}))

@@ -8,7 +8,6 @@ from datetime import datetime
 from sqlalchemy import Connection, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from corral.clock import utcnow
 from corral.store.schema import REDELIVERY_REQUESTS as REQUESTS
 
 
@@ -21,10 +20,10 @@ def attempts(connection: Connection, guids: Iterable[str]) -> dict[str, int]:
     return {guid: count for guid, count in rows}
 
 
-def asked(connection: Connection, guid: str, *, now: datetime | None = None) -> None:
+def asked(connection: Connection, guid: str, *, now: datetime) -> None:
     """One more redelivery of `guid` was asked for (at `now`)."""
     dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(REQUESTS).values(guid=guid, attempts=1, asked_at=now or utcnow())
+    statement = dialect.insert(REQUESTS).values(guid=guid, attempts=1, asked_at=now)
     connection.execute(
         statement.on_conflict_do_update(
             index_elements=[REQUESTS.c.guid],

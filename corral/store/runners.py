@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, String, Text, bindparam, func, insert, select, text, update
 
-from corral.clock import utcnow
 from corral.model import CAPACITY_STATES, LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
 from corral.store import leases
 from corral.store.leases import Fence
@@ -102,7 +101,7 @@ def add(
     max_runners: int | None = None,
     fence: Fence | None = None,
     room: Callable[[Connection, int], int] | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> list[Runner]:
     """Write the intents as `pending` runners with their first events; count them on the jobs they serve.
 
@@ -123,7 +122,6 @@ def add(
         intents = intents[: room(connection, len(intents))]
     if not intents:
         return []
-    now = now or utcnow()
     runners = []
     for intent in intents:
         runner_id = new_runner_id()
@@ -231,14 +229,13 @@ def apply(
     transitions: Sequence[Transition],
     fences: Sequence[Fence] = (),
     *,
-    now: datetime | None = None,
+    now: datetime,
 ) -> list[Runner | None]:
     """Apply each transition that still holds; None in place of one whose runner someone else moved first.
 
     `fences` (PostgreSQL replicas): the leases of the pools these runners belong to, checked first in this
     transaction; a stale one refuses the whole group (LeaseLost), nothing written."""
     leases.verify(connection, fences)
-    now = now or utcnow()
     applied: list[Runner | None] = []
     moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None]] = []
     diverted: Counter[int] = Counter()
@@ -278,14 +275,14 @@ def apply(
     return applied
 
 
-def note(connection: Connection, runner: Runner, reason: Reason, message: str, *, now: datetime | None = None) -> None:
+def note(connection: Connection, runner: Runner, reason: Reason, message: str, *, now: datetime) -> None:
     """Record something that happened to a runner without moving it (an action on it failed unexpectedly):
     on the runner, where its view shows it, and in its history."""
     connection.execute(update(RUNNERS).where(RUNNERS.c.id == runner.id).values(message=message))
-    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], now or utcnow())
+    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], now)
 
 
-def mark_active(connection: Connection, runner_ids: Sequence[str], *, now: datetime | None = None) -> None:
+def mark_active(connection: Connection, runner_ids: Sequence[str], *, now: datetime) -> None:
     """Note, once each, that these booting runners' servers were seen ACTIVE: a step of their boot, for the
     job timeline (the cloud's part of a slow boot, told apart from the guest's)."""
     if not runner_ids:
@@ -300,7 +297,7 @@ def mark_active(connection: Connection, runner_ids: Sequence[str], *, now: datet
         _add_events(
             connection,
             [(runner_id, booted, booted, Reason.SERVER_ACTIVE, None) for runner_id in fresh],
-            now or utcnow(),
+            now,
         )
 
 

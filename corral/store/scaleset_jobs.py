@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from corral.clock import utcnow
 from corral.model import Job, JobMessage, JobState
 from corral.store.jobs import state_rank
 from corral.store.schema import SCALE_SET_JOBS as JOBS
@@ -80,10 +79,9 @@ def _upsert_statement(dialect_name: str) -> Any:
     )
 
 
-def record(connection: Connection, pool: str, messages: Sequence[JobMessage], *, now: datetime | None = None) -> None:
+def record(connection: Connection, pool: str, messages: Sequence[JobMessage], *, now: datetime) -> None:
     """The jobs of one queue message, each merged to the furthest state the batch says it reached; `now`
     stamps the rows (the caller's clock; the system's by default)."""
-    now = now or utcnow()
     rows: dict[int, dict[str, Any]] = {}
     for message in messages:
         state = STATE_OF_KIND.get(message.kind)

@@ -91,11 +91,12 @@ def test_one_warm_runner_serves_jobs_that_come_one_at_a_time_with_no_wait() -> N
 
 
 def test_max_runners_makes_the_jobs_past_it_wait_for_a_runner_to_finish() -> None:
-    """Six jobs at once, three runners at most: the first three wait a boot (60 s); the other three wait for
-    a first-wave job to end (60 s + 100 s), for corral to hear of it (the news delay, 0.5 s) and for a new
-    runner's boot (60 s)."""
+    """Six jobs at once, three runners at most: the first three wait a boot (60 s). The other three wait for a
+    first-wave job to end (at 160 s); by then they are older than `stale_job_check` (60 s), so they get runners
+    only once GitHub has confirmed them still queued, which the job upkeep asks at its next round (every
+    `reconcile_interval`, 30 s: at 180 s); then a boot (60 s): 240 s."""
     burst = trace(*((0.0, 100.0) for _ in range(6)))
-    assert waits(config(small={"max_runners": 3}), burst, boot=BootTimes(60.0)) == [60.0] * 3 + [220.5] * 3
+    assert waits(config(small={"max_runners": 3}), burst, boot=BootTimes(60.0)) == [60.0] * 3 + [240.0] * 3
 
 
 def test_a_job_no_pool_takes_is_counted_unmatched_and_waits_for_nothing() -> None:
@@ -126,6 +127,13 @@ def test_the_same_config_trace_and_seed_give_the_same_bytes_and_another_seed_oth
     assert run(cfg, mixed, boot=lognormal, seed=7).as_json() == first
     assert run(cfg, mixed, boot=lognormal, seed=8).as_json() != first
     assert json.loads(first)["pools"]["large"]["jobs"] == 15
+
+
+def test_boot_failures_are_counted_and_every_job_is_still_served() -> None:
+    found = run(config(small={"max_runners": 20}), SPREAD, boot=BootTimes(60.0), boot_failure_rate=0.3, seed=3)
+    pool = found.pools["small"]
+    assert pool.served == 20
+    assert pool.boot_failures > 0 and pool.servers == 20 + pool.boot_failures
 
 
 def test_the_timelines_count_what_was_waiting_booting_and_busy_at_each_moment() -> None:
