@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy import Connection, Select, bindparam, case, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, Job, JobState, JobUpdate, QueuedJob, RunnerState
@@ -209,9 +209,9 @@ def queued_count(connection: Connection, pool: str) -> int:
     return int(connection.execute(query).scalar_one())
 
 
-def queued_of_pool(connection: Connection, pool: str, *, limit: int | None = None, offset: int = 0) -> list[QueuedJob]:
-    """Queued jobs of a pool, oldest first, as plain rows: this runs for every wake of the pool, so the
-    engine reads only as many as could change what it does (a backlog of thousands is read in pages)."""
+@functools.cache
+def _queued_of_pool_query(limited: bool) -> Select[Any]:
+    """Built once per variant: a statement is costlier to build than to run (pool, limit and offset are bound)."""
     query = (
         select(
             JOBS.c.id,
@@ -222,12 +222,20 @@ def queued_of_pool(connection: Connection, pool: str, *, limit: int | None = Non
             JOBS.c.maybe_taken_at,
             JOBS.c.repository,
         )
-        .where(JOBS.c.status == JobState.QUEUED.value, JOBS.c.pool == pool)
+        .where(JOBS.c.status == JobState.QUEUED.value, JOBS.c.pool == bindparam("pool"))
         .order_by(JOBS.c.queued_at, JOBS.c.id)
-        .limit(limit)
-        .offset(offset)
+        .offset(bindparam("offset"))
     )
-    return [QueuedJob(row[0], row[1], row[2], row[3] or 0, row[4], row[5], row[6]) for row in connection.execute(query)]
+    return query.limit(bindparam("limit")) if limited else query
+
+
+def queued_of_pool(connection: Connection, pool: str, *, limit: int | None = None, offset: int = 0) -> list[QueuedJob]:
+    """Queued jobs of a pool, oldest first, as plain rows: this runs for every wake of the pool, so the
+    engine reads only as many as could change what it does (a backlog of thousands is read in pages)."""
+    rows = connection.execute(
+        _queued_of_pool_query(limit is not None), {"pool": pool, "offset": offset, "limit": limit}
+    )
+    return [QueuedJob(row[0], row[1], row[2], row[3] or 0, row[4], row[5], row[6]) for row in rows]
 
 
 def get(connection: Connection, job_id: int) -> Job | None:
@@ -270,22 +278,68 @@ def queued_since(connection: Connection, since: datetime) -> list[Job]:
     return [to_job(row) for row in connection.execute(query)]
 
 
+def _stale_queued_query() -> Select[Any]:
+    unasked = JOBS.c.checked_at.is_(None)
+    old = (JOBS.c.received_at < bindparam("queued_before")) & (
+        unasked | (JOBS.c.checked_at < bindparam("checked_before"))
+    )
+    presumed = JOBS.c.maybe_taken_at.is_not(None) & (JOBS.c.maybe_taken_at < bindparam("presumed_before"))
+    uncertain = presumed & (unasked | (JOBS.c.checked_at < JOBS.c.maybe_taken_at))
+    return (
+        select(*COLUMNS)
+        .where(JOBS.c.status == JobState.QUEUED.value, old | uncertain)
+        .order_by(JOBS.c.maybe_taken_at.desc().nulls_last(), JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
+        .limit(bindparam("limit"))
+    )
+
+
+_STALE_QUEUED = _stale_queued_query()
+"""Built once (its times and limit bound): it runs at every look, and building it cost more than running it."""
+
+
 def stale_queued(
     connection: Connection, *, queued_before: datetime, checked_before: datetime, presumed_before: datetime, limit: int
 ) -> list[Job]:
     """Queued jobs worth asking GitHub about: old ones not asked recently, and ones presumed taken before
     `presumed_before` and not asked since (they may be running already, or still waiting for a runner)."""
-    unasked = JOBS.c.checked_at.is_(None)
-    old = (JOBS.c.received_at < queued_before) & (unasked | (JOBS.c.checked_at < checked_before))
-    presumed = JOBS.c.maybe_taken_at.is_not(None) & (JOBS.c.maybe_taken_at < presumed_before)
-    uncertain = presumed & (unasked | (JOBS.c.checked_at < JOBS.c.maybe_taken_at))
-    query = (
-        select(*COLUMNS)
-        .where(JOBS.c.status == JobState.QUEUED.value, old | uncertain)
-        .order_by(JOBS.c.maybe_taken_at.desc().nulls_last(), JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
-        .limit(limit)
+    bound = {
+        "queued_before": queued_before,
+        "checked_before": checked_before,
+        "presumed_before": presumed_before,
+        "limit": limit,
+    }
+    return [to_job(row) for row in connection.execute(_STALE_QUEUED, bound)]
+
+
+def _unfinished_without_runner_query() -> Select[Any]:
+    live = [RunnerState.BOOTING.value, RunnerState.IDLE.value, RunnerState.BUSY.value]
+    ended = [state.value for state in ENDED_RUNNER_STATES]
+    own = RUNNERS.c.name == JOBS.c.runner_name
+    running = select(RUNNERS.c.id).where(own, RUNNERS.c.state.in_(live)).exists()
+    unasked_since_it_ended = (
+        select(RUNNERS.c.id)
+        .where(
+            own,
+            RUNNERS.c.state.in_(ended),
+            JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < RUNNERS.c.state_changed_at),
+        )
+        .exists()
     )
-    return [to_job(row) for row in connection.execute(query)]
+    stale = (
+        JOBS.c.pool.is_not(None)
+        & (JOBS.c.received_at < bindparam("started_before"))
+        & (JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < bindparam("checked_before")))
+    )
+    return (
+        select(*COLUMNS)
+        .where(JOBS.c.status == JobState.IN_PROGRESS.value, ~running, unasked_since_it_ended | stale)
+        .order_by(case((unasked_since_it_ended, 0), else_=1), JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
+        .limit(bindparam("limit"))
+    )
+
+
+_UNFINISHED_WITHOUT_RUNNER = _unfinished_without_runner_query()
+"""Built once (its times and limit bound): it runs at every look, and building it cost more than running it."""
 
 
 def unfinished_without_runner(
@@ -302,31 +356,8 @@ def unfinished_without_runner(
     """
     if limit <= 0:
         return []
-    live = [RunnerState.BOOTING.value, RunnerState.IDLE.value, RunnerState.BUSY.value]
-    ended = [state.value for state in ENDED_RUNNER_STATES]
-    own = RUNNERS.c.name == JOBS.c.runner_name
-    running = select(RUNNERS.c.id).where(own, RUNNERS.c.state.in_(live)).exists()
-    unasked_since_it_ended = (
-        select(RUNNERS.c.id)
-        .where(
-            own,
-            RUNNERS.c.state.in_(ended),
-            JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < RUNNERS.c.state_changed_at),
-        )
-        .exists()
-    )
-    stale = (
-        JOBS.c.pool.is_not(None)
-        & (JOBS.c.received_at < started_before)
-        & (JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < checked_before))
-    )
-    query = (
-        select(*COLUMNS)
-        .where(JOBS.c.status == JobState.IN_PROGRESS.value, ~running, unasked_since_it_ended | stale)
-        .order_by(case((unasked_since_it_ended, 0), else_=1), JOBS.c.checked_at.nulls_first(), JOBS.c.received_at)
-        .limit(limit)
-    )
-    return [to_job(row) for row in connection.execute(query)]
+    bound = {"started_before": started_before, "checked_before": checked_before, "limit": limit}
+    return [to_job(row) for row in connection.execute(_UNFINISHED_WITHOUT_RUNNER, bound)]
 
 
 def checked(

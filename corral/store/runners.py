@@ -8,6 +8,7 @@ transitions shares one transaction.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, String, Text, bindparam, func, insert, select, text, update
+from sqlalchemy import BigInteger, Connection, Select, String, Text, bindparam, func, insert, select, text, update
 
 from corral.model import CAPACITY_STATES, LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
 from corral.store import leases
@@ -325,20 +326,25 @@ class RunnerAndJob:
 UNDELETED = [state for state in LIVE if state != RunnerState.DELETING.value]
 
 
+@functools.cache
+def _live_of_pool_query(deleting: bool) -> Select[Any]:
+    """Built once per variant: a statement is costlier to build than to run (the pool is a bound parameter)."""
+    return (
+        select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started)
+        .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
+        .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
+        .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
+    )
+
+
 def live_of_pool(connection: Connection, pool: str, *, deleting: bool = True) -> list[RunnerAndJob]:
     """A pool's runners not yet deleted, oldest first, each with the status of the job run on it, if any.
 
     `deleting=False` leaves out runners being deleted: only a new look at the far ends can tell anything
     about them, and under load they are most of a pool's rows.
     """
-    query = (
-        select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started)
-        .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
-        .where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
-        .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
-    )
     found: dict[str, RunnerAndJob] = {}
-    for row in connection.execute(query):
+    for row in connection.execute(_live_of_pool_query(deleting), {"pool": pool}):
         runner = to_runner(row)
         job_id, job_status, runners_started = row[len(COLUMNS) :]
         status = JobState(job_status) if job_status is not None else None
@@ -366,14 +372,18 @@ def listing(
     return [to_runner(row) for row in connection.execute(query)]
 
 
+_LIVE_IDS = select(RUNNERS.c.id).where(RUNNERS.c.id.in_(bindparam("ids", expanding=True)), RUNNERS.c.state.in_(LIVE))
+_DELETED_NAMED = select(*COLUMNS).where(
+    RUNNERS.c.name.in_(bindparam("names", expanding=True)), RUNNERS.c.state == RunnerState.DELETED.value
+)
+
+
 def live_ids(connection: Connection, ids: Iterable[str]) -> set[str]:
     """Which of `ids` are runners not yet deleted."""
     wanted = list(ids)
     found: set[str] = set()
     for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        query = select(RUNNERS.c.id).where(RUNNERS.c.id.in_(chunk), RUNNERS.c.state.in_(LIVE))
-        found.update(connection.execute(query).scalars())
+        found.update(connection.execute(_LIVE_IDS, {"ids": wanted[start : start + 500]}).scalars())
     return found
 
 
@@ -382,10 +392,8 @@ def deleted_named(connection: Connection, names: Iterable[str]) -> dict[str, Run
     wanted = sorted(set(names))
     found: dict[str, Runner] = {}
     for start in range(0, len(wanted), 500):
-        query = select(*COLUMNS).where(
-            RUNNERS.c.name.in_(wanted[start : start + 500]), RUNNERS.c.state == RunnerState.DELETED.value
-        )
-        found.update((runner.name, runner) for runner in map(to_runner, connection.execute(query)))
+        rows = connection.execute(_DELETED_NAMED, {"names": wanted[start : start + 500]})
+        found.update((runner.name, runner) for runner in map(to_runner, rows))
     return found
 
 
@@ -458,22 +466,24 @@ def jobs_succeeded_on(connection: Connection, pool: str, image_id: str, since: d
     return int(connection.execute(query).scalar_one())
 
 
+_LIVE_POOLS = select(RUNNERS.c.pool).where(RUNNERS.c.state.in_(LIVE)).distinct()
+_LIVE_CLOUDS = select(RUNNERS.c.cloud).where(RUNNERS.c.state.in_(LIVE)).distinct()
+_LIVE_SCOPES = select(RUNNERS.c.scope).where(RUNNERS.c.state.in_(LIVE)).distinct()
+
+
 def live_pools(connection: Connection) -> set[str]:
     """Pools that still have runners not yet deleted (including pools removed from the config)."""
-    query = select(RUNNERS.c.pool).where(RUNNERS.c.state.in_(LIVE)).distinct()
-    return set(connection.execute(query).scalars())
+    return set(connection.execute(_LIVE_POOLS).scalars())
 
 
 def live_clouds(connection: Connection) -> set[str | None]:
     """Clouds runners not yet deleted were made in (None: the first, for runners older than the record)."""
-    query = select(RUNNERS.c.cloud).where(RUNNERS.c.state.in_(LIVE)).distinct()
-    return set(connection.execute(query).scalars())
+    return set(connection.execute(_LIVE_CLOUDS).scalars())
 
 
 def live_scopes(connection: Connection) -> set[str]:
     """Scopes runners not yet deleted registered at (a removed pool's runners still need deregistering)."""
-    query = select(RUNNERS.c.scope).where(RUNNERS.c.state.in_(LIVE)).distinct()
-    return set(connection.execute(query).scalars())
+    return set(connection.execute(_LIVE_SCOPES).scalars())
 
 
 def boot_seconds(connection: Connection, since: datetime) -> dict[str, list[float]]:
