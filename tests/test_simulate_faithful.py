@@ -21,9 +21,10 @@ import pytest
 
 from corral.config import parse_config
 from corral.simulate.report import Report, report
-from corral.simulate.run import Outcome, Settings, simulate
+from corral.simulate.run import Outcome, simulate
+from corral.simulate.settings import BootTimes, Settings
 from corral.simulate.trace import Trace, TraceJob
-from corral.simulate.world import BootTimes, Ledger, SimJob, SimServer
+from corral.simulate.world import Ledger, SimJob, SimServer
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until

@@ -17,11 +17,7 @@ from pathlib import Path
 
 from corral.commands.database import open_store_at
 from corral.config import ConfigError, load_config, parse_duration
-from corral.simulate.html import render
-from corral.simulate.report import report
-from corral.simulate.run import DRAIN_S, LEAD_S, Settings, SimulationRefused, simulate
-from corral.simulate.trace import TraceError, load_trace
-from corral.simulate.world import BootTimes
+from corral.simulate.settings import BootTimes, Settings
 from corral.store import runners
 
 DEFAULT_BOOT = "60s"
@@ -70,7 +66,7 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     parser.add_argument(
         "--drain",
-        default=f"{DRAIN_S:g}s",
+        default="1h",
         metavar="DURATION",
         help="after the last job is queued, wait at most this long for jobs still queued or running (default 1h)",
     )
@@ -83,6 +79,12 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    # Imported here: the engine and its virtual-time loop are for this command alone, not every CLI start-up.
+    from corral.simulate.html import render
+    from corral.simulate.report import report
+    from corral.simulate.run import SimulationRefused, simulate
+    from corral.simulate.trace import TraceError, load_trace
+
     try:
         settings = _settings(args)
         measure_from = _duration(args.measure_from, "--measure-from", zero=True)
@@ -139,7 +141,6 @@ def _settings(args: argparse.Namespace) -> Settings:
         boot=_boot_times(args.boot_time or DEFAULT_BOOT),
         boot_failure_rate=rate,
         seed=args.seed,
-        lead=LEAD_S,
         drain=_duration(args.drain, "--drain"),
         instances=args.instances,
     )

@@ -16,15 +16,18 @@ import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr, ValidationError
 
 from corral.commands.moments import since_when
 from corral.config import ConfigError, GitHubConfig, load_config
-from corral.github.client import GitHubClient, GitHubError
 from corral.model import REPO_PATTERN
-from corral.simulate.history import History, read_history
 from corral.simulate.trace import Export, export
+
+if TYPE_CHECKING:
+    from corral.github.client import GitHubClient
+    from corral.simulate.history import History
 
 TOKEN_VARIABLES = ("CORRAL_GITHUB_TOKEN", "GITHUB_TOKEN")
 REPOSITORY = re.compile(REPO_PATTERN)
@@ -71,6 +74,9 @@ def _import(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    # Imported here: GitHub's client is for this command alone, not every CLI start-up.
+    from corral.github.client import GitHubError
+
     github = _github(args)
     if github is None:
         return 2
@@ -87,6 +93,8 @@ def _import(args: argparse.Namespace) -> int:
 
 
 async def _read(github: GitHubClient, repositories: list[str], since: datetime, until: datetime) -> History:
+    from corral.simulate.history import read_history
+
     try:
         return await read_history(github, repositories, since, until)
     finally:
@@ -95,6 +103,8 @@ async def _read(github: GitHubClient, repositories: list[str], since: datetime, 
 
 def _github(args: argparse.Namespace) -> GitHubClient | None:
     """The client for the credentials given, or None having said what is missing."""
+    from corral.github.client import GitHubClient
+
     if args.config is not None:
         try:
             return GitHubClient(load_config(args.config).github)

@@ -19,8 +19,8 @@ import contextlib
 import itertools
 import logging
 import tempfile
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -35,14 +35,13 @@ from corral.model import Delivery, JobState, JobUpdate
 from corral.policy import match_pool
 from corral.simulate.cloud import SimulatedCloud
 from corral.simulate.github import SimulatedGitHub
+from corral.simulate.settings import Settings
 from corral.simulate.trace import Trace
-from corral.simulate.world import BootTimes, Ledger, SimJob, World
+from corral.simulate.world import Ledger, SimJob, World
 from corral.store import Intake, Store
 
 DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)
 """Where a trace of offsets starts: a Monday at midnight UTC (schedules read the time of day and week)."""
-LEAD_S = 600.0
-DRAIN_S = 3600.0
 
 
 class SimulationRefused(ValueError):
@@ -51,23 +50,6 @@ class SimulationRefused(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How the world behaves, and how long the simulation runs around the trace."""
-
-    boot: BootTimes = field(default_factory=lambda: BootTimes(60.0))
-    boot_by_pool: Mapping[str, BootTimes] = field(default_factory=dict)
-    """Pools whose boots differ from `boot` (as a store's history measured them)."""
-    boot_failure_rate: float = 0.0
-    seed: int = 0
-    lead: float = LEAD_S
-    """Seconds the engine runs before the first job."""
-    drain: float = DRAIN_S
-    """Seconds after the last job is queued the simulation waits at most for jobs still queued or running."""
-    instances: int | None = None
-    """Each cloud's instance quota (None: unlimited)."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +73,10 @@ def refusals(config: CorralConfig) -> list[str]:
     ]
 
 
-def simulate(config: CorralConfig, trace: Trace, settings: Settings = Settings()) -> Outcome:
-    """Replay `trace` against `config` in virtual time and return what happened."""
+def simulate(config: CorralConfig, trace: Trace, settings: Settings | None = None) -> Outcome:
+    """Replay `trace` against `config` in virtual time and return what happened (with `Settings()`'s
+    defaults when none are given)."""
+    settings = settings or Settings()
     problems = refusals(config)
     if problems:
         raise SimulationRefused(problems)

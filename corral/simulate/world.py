@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -32,44 +31,12 @@ from corral.cloud.provider import META_POOL, META_RUNNER, CloudServer
 from corral.config import ScopeConfig
 from corral.github.client import scope_path
 from corral.policy import IMPLICIT_LABELS, in_scope
+from corral.simulate.settings import BootTimes
 
 DeliverNews = Callable[["SimJob", str], None]
 """Tells corral of a job's news (`queued`, `in_progress`, `completed`), as GitHub's webhook would."""
 
 ERROR_FAULT = "simulated boot failure"
-P95_Z = 1.6448536269514722
-"""The standard normal's 95th percentile: a log-normal's p95 is its median times exp(sigma * P95_Z)."""
-
-
-@dataclass(frozen=True)
-class BootTimes:
-    """How long a server takes from its create to its runner online: fixed (`p95` None, or equal to `p50`),
-    or log-normal with that median and 95th percentile."""
-
-    p50: float
-    p95: float | None = None
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.p50) and self.p50 >= 0):
-            raise ValueError("a boot time is a finite number of seconds, 0 or more")
-        if self.p95 is not None and not (math.isfinite(self.p95) and self.p95 >= self.p50):
-            raise ValueError("the boot time's p95 must be finite and at least its p50")
-
-    @classmethod
-    def of(cls, samples: Sequence[float]) -> BootTimes:
-        """The median and 95th percentile (nearest rank) of measured boots."""
-        ordered = sorted(samples)
-        if not ordered:
-            raise ValueError("no boot was measured")
-        p50, p95 = (ordered[max(math.ceil(share * len(ordered)), 1) - 1] for share in (0.5, 0.95))
-        return cls(p50, p95)
-
-    def sample(self, rng: random.Random) -> float:
-        """One boot time; fixed boot times draw nothing, so they leave the random sequence alone."""
-        if self.p95 is None or self.p95 == self.p50 or self.p50 == 0:
-            return self.p50
-        sigma = math.log(self.p95 / self.p50) / P95_Z
-        return rng.lognormvariate(math.log(self.p50), sigma)
 
 
 @dataclass

@@ -21,9 +21,9 @@ from corral.cli import main
 from corral.config import CorralConfig, parse_config
 from corral.simulate.html import SAMPLES, render, timelines
 from corral.simulate.report import Report, report
-from corral.simulate.run import Settings, SimulationRefused, simulate
+from corral.simulate.run import SimulationRefused, simulate
+from corral.simulate.settings import BootTimes, Settings
 from corral.simulate.trace import Trace, TraceJob
-from corral.simulate.world import BootTimes
 from corral.store import Store
 from corral.store.schema import RUNNERS
 
