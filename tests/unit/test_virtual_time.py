@@ -15,6 +15,7 @@ import pytest
 from corral.clock import LoopClock
 from corral.config import CorralConfig, parse_config
 from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.loops import every, start_loop
 from corral.engine.pauses import PoolPauses
 from corral.engine.scalesets import ScaleSetListener, SessionState
 from corral.engine.status import PoolSnapshot, StatusPublisher
@@ -196,3 +197,30 @@ def test_a_pool_waiting_for_quota_says_so_again_every_100s_stamped_by_the_clock(
 
     # Renewed at the first pass more than QUOTA_RENEWAL_S (100 s) after the last: 120 s, then 240 s.
     assert virtual(main) == [START, START + timedelta(seconds=120), START + timedelta(seconds=240)]
+
+
+# -- the engine's periodic loops ------------------------------------------------------------------------------
+
+
+def test_a_loop_runs_every_interval_at_once_when_woken_and_carries_on_past_an_error() -> None:
+    """Every 10 s from 0; woken at 25 s it runs then and counts its next 10 s from there; its failing step at
+    45 s is logged and counted, and the next comes at 55 s; stopped at 60 s, it runs no more."""
+
+    async def main(clock: LoopClock) -> list[float]:
+        stop, sooner, ran = asyncio.Event(), asyncio.Event(), []
+
+        async def step() -> None:
+            ran.append(clock.monotonic())
+            if clock.monotonic() == 45:
+                raise RuntimeError("a bug in one step")
+
+        loop = start_loop(every(stop, ActionKind.PRUNE, step, lambda: 10.0, sooner), "test-loop")
+        await asyncio.sleep(25)
+        sooner.set()
+        await asyncio.sleep(35)
+        stop.set()
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        return ran
+
+    assert virtual(main) == [0.0, 10.0, 20.0, 25.0, 35.0, 45.0, 55.0]
