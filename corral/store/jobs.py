@@ -161,18 +161,23 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], sources: dict[
     )
 
 
+_KNOWN_DELIVERIES = select(DELIVERIES.c.id).where(DELIVERIES.c.id.in_(bindparam("ids", expanding=True)))
+_NEW_DELIVERY = insert(DELIVERIES)
+_POOLS_OF_RUNNERS = select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(bindparam("names", expanding=True)))
+"""Built once, as the upsert is: every webhook runs them."""
+
+
 def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datetime) -> IntakeResult:
     """Record a group of deliveries and the job updates they carry; say which were new and whom to wake.
 
     The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
-    pool (a runner of one pool may take a job matched to another). `now` stamps the rows (the caller's clock;
-    the system's by default).
+    pool (a runner of one pool may take a job matched to another). `now` stamps the rows (the caller's clock).
     """
     ids = [d.id for d in deliveries if d.id is not None]
     known: set[str] = set()
     for start in range(0, len(ids), IN_CLAUSE_CHUNK):
         chunk = ids[start : start + IN_CLAUSE_CHUNK]
-        known.update(connection.execute(select(DELIVERIES.c.id).where(DELIVERIES.c.id.in_(chunk))).scalars())
+        known.update(connection.execute(_KNOWN_DELIVERIES, {"ids": chunk}).scalars())
     outcomes: list[DeliveryOutcome] = []
     fresh: list[Delivery] = []
     for delivery in deliveries:
@@ -185,7 +190,7 @@ def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datet
         fresh.append(delivery)
     rows = [{"id": d.id, "event": d.event, "action": d.action, "received_at": now} for d in fresh if d.id is not None]
     if rows:
-        connection.execute(insert(DELIVERIES), rows)
+        connection.execute(_NEW_DELIVERY, rows)
     merged: dict[int, JobUpdate] = {}
     sources: dict[int, str] = {}
     for delivery in fresh:
@@ -200,7 +205,7 @@ def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datet
         names = [job.runner_name for job in merged.values() if job.runner_name]
         for start in range(0, len(names), IN_CLAUSE_CHUNK):
             chunk = names[start : start + IN_CLAUSE_CHUNK]
-            news.update(connection.execute(select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(chunk))).scalars())
+            news.update(connection.execute(_POOLS_OF_RUNNERS, {"names": chunk}).scalars())
     return IntakeResult(outcomes=tuple(outcomes), demand=frozenset(demand), news=frozenset(news - demand))
 
 

@@ -113,7 +113,7 @@ def add(
     both fill its last places. With `fence`, nothing is written unless it is still the pool's lease. `room`
     says how many of that many intents the project's quota has room for, read in this transaction (replicas
     sharing a project count each other's creates there: `store.quota`); the earliest are written. `now` stamps
-    the rows (the caller's clock; the system's by default).
+    the rows (the caller's clock).
     """
     if fence is not None:
         leases.verify(connection, [fence])
@@ -171,6 +171,11 @@ def add(
     return runners
 
 
+_HELD_IN_POOL = (
+    select(func.count()).select_from(RUNNERS).where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(CAPACITY))
+)
+
+
 def room_in_pool(connection: Connection, pool: str, max_runners: int) -> int:
     """How many more runners `pool` may start now; on PostgreSQL, holds the pool's add lock until commit."""
     if connection.dialect.name == "postgresql":
@@ -178,10 +183,11 @@ def room_in_pool(connection: Connection, pool: str, max_runners: int) -> int:
             text("SELECT pg_advisory_xact_lock(:namespace, hashtext(:pool))"),
             {"namespace": POOL_LOCK_NAMESPACE, "pool": pool},
         )
-    held = connection.execute(
-        select(func.count()).select_from(RUNNERS).where(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(CAPACITY))
-    ).scalar_one()
+    held = connection.execute(_HELD_IN_POOL, {"pool": pool}).scalar_one()
     return max(max_runners - int(held), 0)
+
+
+_NEW_EVENT = insert(EVENTS)
 
 
 def _add_events(
@@ -190,7 +196,7 @@ def _add_events(
     at: datetime,
 ) -> None:
     connection.execute(
-        insert(EVENTS),
+        _NEW_EVENT,
         [
             {
                 "runner_id": runner_id,

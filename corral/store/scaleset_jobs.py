@@ -81,7 +81,7 @@ def _upsert_statement(dialect_name: str) -> Any:
 
 def record(connection: Connection, pool: str, messages: Sequence[JobMessage], *, now: datetime) -> None:
     """The jobs of one queue message, each merged to the furthest state the batch says it reached; `now`
-    stamps the rows (the caller's clock; the system's by default)."""
+    stamps the rows (the caller's clock)."""
     rows: dict[int, dict[str, Any]] = {}
     for message in messages:
         state = STATE_OF_KIND.get(message.kind)
