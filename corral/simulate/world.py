@@ -198,13 +198,14 @@ class World:
         return server
 
     def _booted(self, server: SimServer, fails: bool) -> None:
+        user_data, server.user_data = server.user_data, ""  # read once by the guest: the ledger keeps no copy
         if server.deleted_at is not None:
             return
         if fails:
             server.status, server.fault = "ERROR", ERROR_FAULT
             return
         server.status = "ACTIVE"
-        runner = next((r for code, r in self._by_encoded.items() if code in server.user_data), None)
+        runner = next((r for code, r in self._by_encoded.items() if code in user_data), None)
         if runner is None or runner.server is not None or runner.id not in self.runners:
             return  # no JIT config it can use: the guest starts nothing, as on a real cloud
         runner.server, server.runner = server, runner
