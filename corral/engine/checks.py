@@ -54,6 +54,9 @@ class PoolCheck:
     the pool."""
     refused_at: float = 0.0
     """When that refusal came (the checker's clock): creates sent before it were one burst with it."""
+    parked_at: float | None = None
+    """When the same refusal twice parked the pool: a check begun before then cannot have seen what the
+    refusals said, so its answer does not make the pool ready again."""
 
 
 class PoolChecker:
@@ -97,6 +100,7 @@ class PoolChecker:
         check = self._check_of(pool)
         loop = asyncio.get_running_loop()
         image_id: str | None = None
+        began = self._clock()
         try:
             problems = await loop.run_in_executor(self._executor, self._cloud.check_pool, spec)
             if not problems:
@@ -111,6 +115,9 @@ class PoolChecker:
             return
         check.backoff.succeeded()
         check.error = None
+        if check.parked_at is not None and check.parked_at >= began:
+            return  # the pool was parked while this check was under way: the check after the park decides
+        check.parked_at = None
         check.due = self._clock() + self._recheck_s()
         if not problems:
             check.image_id = image_id  # a change starts a rollout, which says so (`engine.rollouts`)
@@ -153,7 +160,8 @@ class PoolChecker:
                 problem,
             )
         check.problems = [problem]
-        check.due = self._clock() + self._recheck_s()
+        check.parked_at = self._clock()
+        check.due = check.parked_at + self._recheck_s()
         return self._recheck_s()
 
     def accepted(self, pool: str) -> None:
