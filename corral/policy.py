@@ -161,6 +161,9 @@ class Demand:
     held: list[int] = field(default_factory=list)
     capped: list[int] = field(default_factory=list)
     """Jobs whose repository already holds `max_runners_per_repo` of the pool's runners."""
+    unconfirmed: list[int] = field(default_factory=list)
+    """Jobs left out only for being older than `stale_job_check` with no recent word from GitHub that they
+    still wait (a job held back by `max_runners` ages so): a pass with room has GitHub asked at once."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ def judge_demand(
             continue
         confirmed = job.checked_at is not None and job.checked_at >= now - stale_after
         if job.received_at < now - stale_after and not confirmed:
+            demand.unconfirmed.append(job.id)
             continue
         if job.runners_diverted >= max_runners_per_job:
             hold = min(stale_after * 2 ** (job.runners_diverted - max_runners_per_job), max_hold)
@@ -255,7 +259,7 @@ def cap_per_repository(
     and other repositories' jobs are served in order of queue time meanwhile.
     """
     repository = {job.id: job.repository for job in queued}
-    kept = Demand(held=list(demand.held), capped=list(demand.capped))
+    kept = Demand(held=list(demand.held), capped=list(demand.capped), unconfirmed=list(demand.unconfirmed))
     for job_id in demand.wanted:
         if job_id not in covered:
             owner = repository.get(job_id, "")

@@ -221,6 +221,7 @@ class Engine:
             others=self.membership.sharing_quota,
             clock=clock.now,
             wall=clock.now,
+            ask_github=self.housekeeper.ask_github_in,
         )
         self.observer = Observer(
             self.housekeeper.look, self.housekeeper.observed, lambda: running.config.reconcile_interval, clock

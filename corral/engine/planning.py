@@ -122,6 +122,8 @@ class PoolContext:
     """The clouds of the pool's placements that may take runners now (checked, not paused)."""
     paused_s: float = 0.0
     """How long the pool's creates stay paused after failures (0: not paused)."""
+    unconfirmed: int = 0
+    """Queued jobs not counted as demand only for want of a recent confirmation from GitHub."""
 
     @property
     def pool(self) -> PoolConfig:
@@ -198,6 +200,9 @@ class PoolPlan:
     schedule's next change, whichever comes first."""
     at_once: bool = False
     """Surplus retires without `idle_grace` (a pool of higher priority waits for the room)."""
+    confirm_now: bool = False
+    """Ask GitHub now about the pool's unconfirmed jobs: the pool has room they could have, and they would
+    otherwise wait for the job upkeep's next round (up to `reconcile_interval`)."""
 
     def replacements(self, created: int, *, quota_short: bool = False) -> list[Replacement]:
         """The outdated runners to replace now, after `created` runners were written for demand: none while
@@ -446,4 +451,11 @@ def plan_pool(ctx: PoolContext) -> PoolPlan:
         rollout=rollout,
         requeue_after=requeue_after,
         at_once=at_once,
+        confirm_now=ctx.unconfirmed > 0 and ctx.ready and not ctx.drained and room_left(ctx, len(creates)) > 0,
     )
+
+
+def room_left(ctx: PoolContext, creating: int) -> int:
+    """How many more runners `max_runners` allows once `creating` more are started."""
+    holding = sum(count for state, count in ctx.states.items() if state in CAPACITY_STATES)
+    return ctx.config.pools[ctx.name].max_runners - holding - creating

@@ -45,6 +45,9 @@ from corral.store import Store, jobs, runners
 from corral.store.leases import Fence
 from corral.store.runners import NewRunner
 
+ASK_AGAIN_S = 5.0
+"""How soon a pool with room may have GitHub asked about its unconfirmed jobs again."""
+
 
 class ScaleSetNews(Protocol):
     """What a scale-set pool's listener heard from GitHub (`engine.scalesets.ScaleSetIntake`)."""
@@ -108,6 +111,7 @@ class Scaler:
         others: Callable[[str], Collection[str]] = lambda _: (),
         clock: Callable[[], datetime] = utcnow,
         wall: Callable[[], datetime] = utcnow,
+        ask_github: Callable[[float], None] = lambda _: None,
     ) -> None:
         """The callables read the engine's current configuration and state, which a reload replaces; `fence`
         gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
@@ -141,6 +145,9 @@ class Scaler:
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
         self._wall = wall
+        self._ask_github = ask_github
+        """Has the job upkeep ask GitHub about uncertain jobs in so many seconds (`Housekeeper.ask_github_in`)."""
+        self._asked_at: dict[str, datetime] = {}
         """The engine's clock: what idle grace and the demand's waits are measured by."""
         self._replacing: dict[str, dict[str, str]] = {}
         """Per pool, the replacements this replica started and not yet seen take a job or go, by id, with the
@@ -161,8 +168,19 @@ class Scaler:
         config, template, generation = self._config(), self._template(), self._generation()
         ctx = await self._context(name, config, current, states, deleting_known)
         plan = plan_pool(ctx)
+        if plan.confirm_now and self._may_ask(name, ctx.wall):
+            self._ask_github(0.0)
         await self._execute(ctx, plan, template, generation)
         return plan.requeue_after
+
+    def _may_ask(self, name: str, now: datetime) -> bool:
+        """At most one early ask a pool per `ASK_AGAIN_S`: a job GitHub cannot answer about (an outage) stays
+        unconfirmed, and every pass would otherwise ask again."""
+        last = self._asked_at.get(name)
+        if last is not None and (now - last).total_seconds() < ASK_AGAIN_S:
+            return False
+        self._asked_at[name] = now
+        return True
 
     async def _context(
         self, name: str, config: CorralConfig, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
@@ -215,6 +233,7 @@ class Scaler:
             replacing=dict(replacing),
             usable_clouds=tuple(placement.cloud for placement in self._placements(name, config)),
             paused_s=self.creator.paused_s(name),
+            unconfirmed=len(demand.unconfirmed),
         )
 
     async def _execute(self, ctx: PoolContext, plan: PoolPlan, template: Template, generation: int) -> None:
@@ -355,6 +374,7 @@ class Scaler:
             demand.wanted += judged.wanted
             demand.held += judged.held
             demand.capped += judged.capped
+            demand.unconfirmed += judged.unconfirmed
             if len(batch) < page:
                 return queued, demand, True
         return queued, demand, False

@@ -86,4 +86,4 @@ def test_demand_keeps_the_queue_order_and_splits_held_from_wanted() -> None:
         QueuedJob(3, ago(30), None),
         QueuedJob(4, ago(200), None),
     ]
-    assert TUNING.judge(jobs, NOW) == Demand(wanted=[1, 3], held=[2])
+    assert TUNING.judge(jobs, NOW) == Demand(wanted=[1, 3], held=[2], unconfirmed=[4])

@@ -282,3 +282,20 @@ def test_once_the_replaced_runner_is_gone_the_next_outdated_one_is_replaced() ->
     plan = plan_pool(rolling(runners, [], {"n1": "o1"}))
     assert (plan.creates, plan.retires) == ((), ())
     assert plan.replacements(0) == [Replacement("o2", "default")]
+
+
+# --- jobs aged past stale_job_check behind max_runners: GitHub is asked as soon as there is room ------------------
+
+
+def test_a_pass_with_room_for_unconfirmed_jobs_asks_github_at_once_and_creates_nothing_for_them_yet() -> None:
+    plan = plan_pool(context(CAPPED, "small", [], [], unconfirmed=3))
+    assert (plan.creates, plan.confirm_now) == ((), True)
+
+
+def test_a_pool_at_max_runners_does_not_ask_about_jobs_it_has_no_room_for() -> None:
+    running = busy_for(BURST[:4], pool="small", per_repo=False)
+    assert plan_pool(context(CAPPED, "small", running, [], unconfirmed=6)).confirm_now is False
+
+
+def test_a_drained_pool_asks_about_nothing() -> None:
+    assert plan_pool(context(CAPPED, "small", [], [], unconfirmed=3, drained=True)).confirm_now is False
