@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.simulate.run import Outcome
+from corral.simulate.settings import nearest_rank
 from corral.simulate.world import SimServer
 
 PERCENTILES = (50, 95, 99)
@@ -42,7 +43,7 @@ class Waits:
         if not waits:
             return None
         ordered = sorted(waits)
-        p50, p95, p99 = (ordered[max(math.ceil(p / 100 * len(ordered)), 1) - 1] for p in PERCENTILES)
+        p50, p95, p99 = (nearest_rank(ordered, percent) for percent in PERCENTILES)
         return cls(p50=_s(p50), p95=_s(p95), p99=_s(p99), max=_s(ordered[-1]))
 
 

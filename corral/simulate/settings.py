@@ -8,6 +8,13 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+
+def nearest_rank(ordered: Sequence[float], percent: float) -> float:
+    """The `percent`th percentile of sorted values, nearest rank: a value that occurred (the p95 of 20 is the
+    19th smallest). What the report states waits by and measured boots are summed up by."""
+    return ordered[max(math.ceil(percent / 100 * len(ordered)), 1) - 1]
+
+
 LEAD_S = 600.0
 DRAIN_S = 3600.0
 P95_Z = 1.6448536269514722
@@ -34,7 +41,7 @@ class BootTimes:
         ordered = sorted(samples)
         if not ordered:
             raise ValueError("no boot was measured")
-        p50, p95 = (ordered[max(math.ceil(share * len(ordered)), 1) - 1] for share in (0.5, 0.95))
+        p50, p95 = (nearest_rank(ordered, percent) for percent in (50, 95))
         return cls(p50, p95)
 
     def sample(self, rng: random.Random) -> float:
