@@ -85,21 +85,33 @@ def jobs(start: datetime, seconds: float, shape: Shape, seed: int) -> Iterator[d
             }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_trace_arguments(parser: argparse.ArgumentParser, jobs_per_day: float = Shape.jobs_per_day) -> None:
+    """The options that choose a trace: its length, start, weekday's jobs, bursts and seed (`trace_jobs`)."""
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--days", type=float, default=None)
     length.add_argument("--hours", type=float, default=None)
     parser.add_argument("--start-hour", type=float, default=0.0, help="hour of the first day the trace starts")
-    parser.add_argument("--jobs-per-day", type=float, default=Shape.jobs_per_day, help="a weekday's jobs")
+    parser.add_argument("--jobs-per-day", type=float, default=jobs_per_day, help="a weekday's jobs")
     parser.add_argument("--bursts-per-day", type=int, default=Shape.bursts_per_day)
     parser.add_argument("--burst", type=int, default=Shape.burst, help="jobs a matrix burst queues at once")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    seconds = (args.hours or 0) * 3600.0 if args.hours is not None else (args.days or 1.0) * 86400.0
+
+
+def trace_seconds(args: argparse.Namespace) -> float:
+    """How long the trace `add_trace_arguments`' options ask for lasts (a day when they say nothing)."""
+    return args.hours * 3600.0 if args.hours is not None else (args.days or 1.0) * 86400.0
+
+
+def trace_jobs(args: argparse.Namespace) -> Iterator[dict[str, object]]:
+    """The jobs of the trace `add_trace_arguments`' options ask for."""
     shape = Shape(jobs_per_day=args.jobs_per_day, bursts_per_day=args.bursts_per_day, burst=args.burst)
-    start = START + timedelta(hours=args.start_hour)
-    for job in jobs(start, seconds, shape, args.seed):
+    return jobs(START + timedelta(hours=args.start_hour), trace_seconds(args), shape, args.seed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_trace_arguments(parser)
+    for job in trace_jobs(parser.parse_args()):
         sys.stdout.write(json.dumps(job) + "\n")
 
 

@@ -47,6 +47,7 @@ from corral import secrets
 from corral.images import ImageFilter, ImageRef
 from corral.model import REPO_PATTERN
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
+from corral.warmth import AutoWarm
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
 
 POOL_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
@@ -281,12 +282,40 @@ class IdleWindowConfig(StrictModel):
         return cron
 
 
+class AutoWarmConfig(StrictModel):
+    """`min_idle: {auto: ...}`: the fewest warm runners that keep the chosen percentile of queued-to-started
+    waits at or below `target_wait`, forecast from the pool's own history (`corral.warmth`)."""
+
+    target_wait: Wait = 30.0
+    percentile: float = Field(default=95.0, gt=0, le=100)
+    min: WarmCount = 0
+    max: WarmCount | None = None
+    """At most this many warm (the pool's `max_runners` when not given)."""
+
+    @model_validator(mode="after")
+    def min_below_max(self) -> AutoWarmConfig:
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max}); lower min or raise max")
+        return self
+
+
 class IdleScheduleConfig(StrictModel):
-    """`min_idle` that follows the clock: `default`, raised to the largest `min_idle` of the windows open."""
+    """`min_idle` that follows the clock: `default`, raised to the largest `min_idle` of the windows open; with
+    `auto`, that is the floor under what the forecast wants."""
 
     default: WarmCount = 0
     timezone: str = "UTC"
-    schedules: list[IdleWindowConfig] = Field(min_length=1, max_length=50)
+    schedules: list[IdleWindowConfig] = Field(default_factory=list, max_length=50)
+    auto: AutoWarmConfig | None = None
+
+    @model_validator(mode="after")
+    def schedules_or_auto(self) -> IdleScheduleConfig:
+        if not self.schedules and self.auto is None:
+            raise ValueError(
+                "give `schedules` (windows of warm runners, such as [{cron: '0 8 * * 1-5', duration: 10h, "
+                "min_idle: 20}]) or `auto` (such as {auto: {target_wait: 30s}}), or make min_idle a number"
+            )
+        return self
 
     @field_validator("timezone")
     @classmethod
@@ -299,9 +328,13 @@ class IdleScheduleConfig(StrictModel):
 
     @property
     def peak(self) -> int:
-        return max([self.default, *(window.min_idle for window in self.schedules)])
+        """The most the schedule (and `auto`, when its `max` is given) can ask for."""
+        auto = [self.auto.max] if self.auto is not None and self.auto.max is not None else []
+        return max([self.default, *(window.min_idle for window in self.schedules), *auto])
 
     def in_force(self, now: datetime) -> warm_schedules.InForce:
+        if not self.schedules:
+            return warm_schedules.InForce(self.default)
         windows = [
             warm_schedules.Window(window.cron, timedelta(seconds=window.duration), window.min_idle)
             for window in self.schedules
@@ -501,6 +534,11 @@ class PoolConfig(StrictModel):
                 "max_runners_per_repo needs an organisation-scoped pool with `intake: webhook` (its runners "
                 "register at each job's repository); remove it, or set scope.org and the webhook intake"
             )
+        if self.auto_warm is not None and self.intake != "webhook":
+            raise ValueError(
+                "min_idle.auto forecasts from the webhook intake's job history, which a scale-set pool does not "
+                "keep; give a number or a schedule, or set `intake: webhook`"
+            )
         if self.scale_set_name is not None and self.intake != "scale_set":
             raise ValueError("scale_set_name is only for a pool with `intake: scale_set`; remove it or set the intake")
         return self
@@ -538,6 +576,15 @@ class PoolConfig(StrictModel):
     @property
     def min_idle_peak(self) -> int:
         return self.min_idle.peak if isinstance(self.min_idle, IdleScheduleConfig) else self.min_idle
+
+    @property
+    def auto_warm(self) -> AutoWarm | None:
+        """`min_idle`'s `auto`, as the forecast reads it (its `max` defaulting to `max_runners`), or None."""
+        auto = self.min_idle.auto if isinstance(self.min_idle, IdleScheduleConfig) else None
+        if auto is None:
+            return None
+        maximum = auto.max if auto.max is not None else self.max_runners
+        return AutoWarm(auto.target_wait, auto.percentile, auto.min, maximum)
 
     def min_idle_at(self, now: datetime) -> warm_schedules.InForce:
         """The `min_idle` in force at `now`, and its next change (a plain number never changes)."""

@@ -9,6 +9,8 @@ same outcome on any machine.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
@@ -40,10 +42,24 @@ class InlineExecutor(Executor):
         """Nothing runs beside the caller, so nothing is left to wait for."""
 
 
+async def call_blocking(executor: Executor | None, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """Await `fn(*args, **kwargs)` run by `executor` (None: the loop's default): in its threads, or, inline,
+    at once in this one.
+
+    Inline, the call is made directly and the task then yields once, as it would awaiting a thread: no
+    future, no wake-up through the loop's self-pipe. (Measured under `corral simulate`: handing the store's
+    calls to the loop's `run_in_executor` cost a fifth of the CPU, for nothing in virtual time.)"""
+    if isinstance(executor, InlineExecutor):
+        result = fn(*args, **kwargs)
+        await asyncio.sleep(0)
+        return result
+    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+
+
 def inline(workers: int, name: str) -> Executor:
     """An `Executors` for virtual time: every part runs its calls inline (`workers` and `name` unused)."""
     del workers, name
     return InlineExecutor()
 
 
-__all__ = ["Executors", "InlineExecutor", "inline", "thread_pool"]
+__all__ = ["Executors", "InlineExecutor", "call_blocking", "inline", "thread_pool"]

@@ -74,6 +74,8 @@ class WaitFacts:
     """Queued jobs of the pool ahead of this one."""
     server_status: Mapping[str, str] = field(default_factory=dict)
     """The cloud's status of each own runner's server, by runner id, as of the last look."""
+    auto_warm: str | None = None
+    """For a pool with `min_idle: {auto: ...}`: how many it keeps warm and why (its last forecast)."""
 
 
 def explain(facts: WaitFacts) -> Wait | None:
@@ -143,9 +145,11 @@ def _own_runner(facts: WaitFacts) -> Wait | None:
             server = facts.server_status.get(runner.id)
             on = f", server {server}" if server else ""
             since = int((facts.now - runner.created_at).total_seconds())
+            # A job booting its own runner found no warm one: in an auto pool, say what auto expected.
+            warm = f"; {facts.auto_warm}" if facts.auto_warm else ""
             return Wait(
                 WaitCode.RUNNER_BOOTING,
-                f"waiting for its runner {runner.name} to boot ({runner.state.value}{on}, started {since} s ago)",
+                f"waiting for its runner {runner.name} to boot ({runner.state.value}{on}, started {since} s ago){warm}",
             )
     for runner in facts.own_runners:
         if runner.state is RunnerState.IDLE:

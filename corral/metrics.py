@@ -158,6 +158,14 @@ LEASE_FAILOVER_SECONDS = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 15, 20, 30, 60, 120),
     registry=REGISTRY,
 )
+WARM_WANTED = Gauge(
+    "corral_pool_auto_warm",
+    "Pools with `min_idle: {auto: ...}`: the warm runners the last forecast wanted (`wanted`), the boot time it "
+    "took in seconds (`boot_seconds`), the jobs a minute of the last 15 minutes (`rate_per_minute`), and the "
+    "needs of the recent and the usual sample (`recent_need`, `usual_need`)",
+    ["pool", "figure"],
+    registry=REGISTRY,
+)
 POOLS_HELD = Gauge("corral_pools_held", "Pools (and the housekeeping lease) this replica holds", registry=REGISTRY)
 DATABASE_ERRORS = Counter(
     "corral_database_errors_total", "Database calls that failed, by kind", ["kind"], registry=REGISTRY

@@ -395,3 +395,5 @@ class PoolStatus:
     """For a pool in several clouds, each cloud that failed it lately: `{failures, paused_until}`."""
     quota_waiting_cloud: str | None = None
     """The cloud whose quota `quota_waiting` waits for (None: the pool's first)."""
+    warm: dict[str, Any] | None = None
+    """An auto pool: `{min_idle, forecast}` as its holder's last pass had them (see the `pool_status` table)."""

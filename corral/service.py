@@ -41,7 +41,7 @@ class Service:
         self.serve_lock = ServeLock(config.database_url)
         self.serve_lock.acquire()
         try:
-            self.store = store or Store(config.database_url)
+            self.store = store or Store(config.database_url, idle_in_transaction_s=config.lease_time)
             self.store.migrate()
             self.store.report_outages()
         except BaseException:

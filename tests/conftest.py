@@ -50,23 +50,95 @@ def _is_e2e(item: pytest.Item) -> bool:
     return isinstance(code, CodeType) and not E2E_NAMES.isdisjoint(_names(code))
 
 
+ONE_AT_A_TIME = ("tests/test_chaos.py::", "tests/test_replicas_chaos.py::")
+"""Modules whose `long` tests are the chaos bench: each keeps both cores busy against its own deadlines, so
+under `-n` they run one after another on one worker (`TwoLanes`), never two at once."""
+
+
+def _one_at_a_time(nodeid: str) -> bool:
+    return nodeid.startswith(ONE_AT_A_TIME)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `e2e` every test that starts the sandbox, corral, a process or a database of its own, so that
-    `pytest -m "not e2e"` is the fast set whoever writes the next test."""
+    `pytest -m "not e2e"` is the fast set whoever writes the next test; put the long runs first."""
     for item in items:
         if _is_e2e(item):
             item.add_marker(pytest.mark.e2e)
-    # The long runs first: under `-n 4` they then overlap everything else instead of ending the run alone.
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    # The long runs first (the chaos bench's first of all): under `-n` they then overlap everything else
+    # instead of ending the run alone (`TwoLanes` runs them on two workers). Of the others, those that mostly
+    # wait on real time (`waits`) lead the front lane: they take minutes but little CPU, so they overlap the
+    # rest from the start instead of ending the run (measured: the fidelity test, 143 s, last of its lane).
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("long") is None,
+            not _one_at_a_time(item.nodeid),
+            item.get_closest_marker("waits") is None,
+        )
+    )
 
 
-@pytest.fixture(autouse=True)
-def _untraced_children(request: pytest.FixtureRequest) -> None:
-    """Under `--cov`, coverage follows every Python child process (pyproject.toml). A test marked `untraced`
-    starts its children without it: tracing doubles their CPU time, and the chaos bench's deadlines then
-    fail jobs that an untraced corral serves (measured: 89 and 94 of 100 served, against 100)."""
-    if request.node.get_closest_marker("untraced") is not None:
-        request.getfixturevalue("monkeypatch").delenv("COVERAGE_PROCESS_CONFIG", raising=False)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `-n`, `TwoLanes` instead of xdist's `load`, which sent a quarter of each worker's share at once:
+    every `long` test to the first worker, one after another (measured: 634 s of 1,355 tests at -n 6). Another
+    `--dist` asked for on the command line is xdist's own."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScheduling  # xdist is there whenever this hook is called
+
+    class TwoLanes(LoadScheduling):  # type: ignore[misc]  # xdist ships no type information
+        """The chaos runs go to the first worker up, one after another; the second takes tests from the front
+        of the rest, where the long ones are, one at a time; every other worker takes from the back. So two
+        heavy tests at most run at once (starting them all together starved the machine: timing tests failed
+        beside CI's live suite), and none ends the run alone. Each worker holds two tests: the one it runs and
+        the next (a worker starts a test only once it knows the one after)."""
+
+        collection: list[str] | None
+
+        def __init__(self, config: pytest.Config, log: Any) -> None:
+            super().__init__(config, log)
+            self._lanes: list[Any] = []
+            """Workers in the order they came up: the chaos lane, the front lane, then the others."""
+
+        def schedule(self) -> None:
+            if self.collection is None:
+                if not self._check_nodes_have_same_collection():
+                    super().schedule()  # says so and aborts
+                    return
+                self.collection = next(iter(self.node2collection.values()))
+                self.pending[:] = range(len(self.collection))
+            for node in self.nodes:  # workers come up one by one: this is called again as each does
+                if node not in self._lanes:
+                    self._lanes.append(node)
+                    if len(self._lanes) == 1:
+                        self._take(node, [i for i in self.pending if _one_at_a_time(self.collection[i])])
+                self.check_schedule(node)
+
+        def check_schedule(self, node: Any, duration: float = 0) -> None:
+            if node.shutting_down:
+                return
+            if not self.pending:
+                node.shutdown()
+                return
+            wanted = 2 - len(self.node2pending[node])
+            if wanted <= 0:
+                return
+            if len(self._lanes) > 1 and node is self._lanes[1]:
+                chunk = self.pending[:wanted]
+            else:
+                chunk = self.pending[-wanted:][::-1]
+            self._take(node, chunk)
+
+        def _take(self, node: Any, chunk: list[int]) -> None:
+            if not chunk:
+                return
+            taken = set(chunk)
+            self.pending[:] = [i for i in self.pending if i not in taken]
+            self.node2pending[node].extend(chunk)
+            node.send_runtest_some(chunk)
+
+    return TwoLanes(config, log)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -16,8 +16,6 @@ import pytest
 from bench import chaos_measures as measures
 from bench.chaos import ChaosOptions, run_chaos
 
-pytestmark = pytest.mark.untraced  # corral serve and the sandbox race the bench's deadlines: not under coverage
-
 DUPLICATES_ALLOWED = 5
 """Servers beyond one per job (and the warm ones) that a 100-job run may create: races no engine can close
 from the outside, such as a runner started for a job whose `in_progress` webhook was lost while a warm

@@ -48,7 +48,14 @@ class CorralProcess:
             stdout=subprocess.DEVNULL,
             stderr=self.log_path.open("ab"),
         )
-        wait_until(self._ready, timeout=30, what="corral serve ready")
+        process = self.process
+        try:
+            wait_until(lambda: self._ready() or process.poll() is not None, timeout=30, what="corral serve ready")
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}\ncorral serve's log ends:\n{self.log()[-3000:]}") from None
+        assert process.poll() is None, (
+            f"corral serve exited ({process.returncode}); its log ends:\n{self.log()[-3000:]}"
+        )
 
     def _ready(self) -> bool:
         try:
@@ -103,6 +110,7 @@ def leftovers(control: httpx.Client) -> dict[str, int]:
 NOTHING = {"servers": 0, "volumes": 0, "registrations": 0}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("moment", ["creation", "deletion"])
 def test_kill_9_then_restart_leaks_nothing(
     sandbox: Sandbox, control: httpx.Client, corral_process: Any, tmp_path: Path, moment: str

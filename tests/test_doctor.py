@@ -8,7 +8,9 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,17 @@ def item(report: dict[str, Any], name: str) -> dict[str, Any]:
 
 def failures(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {check["item"]: check for check in report["checks"] if check["status"] == "fail"}
+
+
+@pytest.fixture(autouse=True)
+def abandoned_sections_finish() -> Iterator[None]:
+    """A section past its deadline leaves its thread running (the doctor abandons it, as it should): it must
+    not reach the sandbox during the next test on this worker, where it would count in that test's calls."""
+    yield
+    for thread in threading.enumerate():
+        if thread.name.startswith("corral-doctor-"):
+            thread.join(timeout=30)
+            assert not thread.is_alive(), f"{thread.name} still runs 30 s after its test"
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from corral.cloud.openstack import OpenStackProvider
 from corral.cloud.provider import ServerSpec
 from corral.config import ConfigError, parse_config
 from corral.engine.rollouts import Rollouts
+from corral.engine.running import Running
 from corral.images import ImageFilter
 from corral.model import Reason, Runner, RunnerState
 from corral.policy import Outdated, Replacement, plan_replacements, retirement_order
@@ -301,7 +302,7 @@ def test_a_canary_gets_its_share_of_new_runners_from_the_first_one_on() -> None:
     """10%: the first new runner is a canary at once (a canary that waited for ten creates would prove
     nothing on a quiet pool), then one in ten."""
     config = parse_config(document(pools={"small": pool(rollout={"canary": "10%"})}))
-    rollouts = Rollouts(lambda: config)
+    rollouts = Rollouts(Running(config))
     assert rollouts.image("small", "old-image") == "old-image"
     assert rollouts.image("small", "new-image") == "old-image", "a canary is not the image in service"
     images = [rollouts.image_for_new_runner("small") for _ in range(30)]

@@ -227,11 +227,17 @@ def test_a_job_cancelled_while_waiting_gets_no_runner(
     corral = start_corral(document=document)
     with corral.api() as api:
         api.post("/api/v1/pools/small/drain").raise_for_status()
+    # Until the job is cancelled GitHub answers no question about it: a "still queued" given before the cancel
+    # would rightly count as confirmed for `stale_job_check`, and the job would get its runner.
+    unanswered = {"match": "github GET /repos/*/actions/jobs/*", "error_rate": 1.0, "status": 503}
+    control.put("/faults", json={"endpoints": [unanswered]}).raise_for_status()
     job = control.post("/jobs", json={"repo": f"{ORG}/app", "labels": ["small"], "duration": 0}).json()
     wait_until(lambda: corral.job(job["id"]) is not None, what="the job recorded")
-    control.put("/faults", json={"world": {"webhook_lose_rate": 1.0}}).raise_for_status()
+    lost = {"world": {"webhook_lose_rate": 1.0}}
+    control.put("/faults", json={"endpoints": [unanswered], **lost}).raise_for_status()
     control.post(f"/jobs/{job['id']}/cancel").raise_for_status()  # its `completed` webhook is lost
     wait_until(lambda: control.get("/stats").json()["github"]["webhooks"]["lost"] >= 1, what="the lost webhook")
+    control.put("/faults", json=lost).raise_for_status()
     received = corral.job(job["id"])
     assert received is not None
     # stale_job_check cannot go below 1s: only a job queued that long is confirmed with GitHub first.

@@ -26,10 +26,7 @@ from bench import chaos_measures as measures
 from bench.chaos import ChaosOptions, ChaosResult, run_chaos
 from tests.test_chaos import DUPLICATES_ALLOWED, life
 
-pytestmark = [
-    pytest.mark.untraced,  # three corral serve processes race the bench's deadlines: not under coverage
-    pytest.mark.e2e,  # through `three_replicas`, which the e2e detection does not see into
-]
+pytestmark = pytest.mark.e2e  # through `three_replicas`, which the e2e detection does not see into
 
 
 def three_replicas(stop: Literal["kill", "term"], workdir: Path, jobs: int = 300) -> ChaosResult:

@@ -20,6 +20,7 @@ from corral.metrics import REGISTRY
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_connection
 from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
+from tests.minimal_config import running
 from tests.test_lifecycle import cloud_servers, converge, online_per_pool, pools_view
 
 
@@ -254,7 +255,7 @@ def test_creates_refused_together_are_one_refusal_and_only_a_later_one_parks_the
     provider = OpenStackProvider(sandbox_connection(sandbox.info), "test")
     threads = ThreadPoolExecutor(1)
     log_once = LogOnce(logging.getLogger("test"))
-    checker = PoolChecker(CloudSet({"default": provider}), threads, log_once, lambda: now[0], lambda: 300.0)
+    checker = PoolChecker(CloudSet({"default": provider}), threads, log_once, lambda: now[0], running())
     volume = "create server corral-small-{}: HTTP 400: Block Device Mapping is Invalid: volume {} is not available."
 
     def refusal(runner: str) -> str:

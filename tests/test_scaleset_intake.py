@@ -7,7 +7,9 @@ configs from `generatejitconfig`) can take them. Long polls are short here (`lon
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import random
 import sqlite3
 from collections import Counter
@@ -21,21 +23,33 @@ import httpx
 import pytest
 import yaml
 
+from bench.counting import sandbox_calls
 from bench.support import CorralProcess, free_port
 from corral.cli import main
-from corral.config import PoolConfig
-from corral.engine.scalesets import jobs_awaiting_runners, scale_set_labels
+from corral.config import PoolConfig, parse_config
+from corral.engine.backoff import LogOnce
+from corral.engine.running import Running
+from corral.engine.scalesets import (
+    ScaleSetIntake,
+    ScaleSetStatus,
+    SessionState,
+    jobs_awaiting_runners,
+    scale_set_labels,
+)
 from corral.files import write_private
+from corral.github.client import GitHubClient
 from corral.github.scaleset import Statistics
 from corral.metrics import REGISTRY
 from corral.model import Runner, RunnerState
+from corral.store import Store
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from tests.conftest import StartCorral
 from tests.sandbox.scaleset_support import ScaleSetClient
-from tests.waiting import wait_until
+from tests.waiting import wait_until, wait_until_async
 
 ORG = "octo-org"
+logger = logging.getLogger("test.scaleset_intake")
 POLL_S = 0.2
 
 
@@ -360,6 +374,57 @@ def test_a_corral_killed_mid_session_takes_its_session_back_at_once(
         assert "taking over session" in process.log_path.read_text()
     finally:
         process.stop()
+
+
+def test_a_listener_stopped_while_github_opens_its_session_ends_that_session(
+    sandbox: Sandbox, control: httpx.Client, tmp_path: Path
+) -> None:
+    """The pool's lease is handed to another replica while its holder waits for GitHub to open the session
+    (a replica joining spreads the pools at once). The holder waits for the answer and ends that session, so
+    the next holder opens its own at once: left open, nobody could name it, and the pool would stay deaf,
+    every try a conflict, until GitHub expired it (here 600 s)."""
+    control.put("/scalesets/settings", json={"long_poll_s": POLL_S, "session_expiry_s": 600}).raise_for_status()
+    # Both holders' first session requests are answered 1.5 s after they arrive, in the order they arrive.
+    control.put("/faults", json={"endpoints": [{"match": "github POST */sessions", "latency_ms": 1500, "count": 2}]})
+    document = corral_config(
+        sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"ci": pool_spec(["ci"], intake="scale_set")}
+    )
+    config = parse_config(document)
+    store = Store(config.database_url)
+    store.migrate()
+
+    def replica(name: str, github: GitHubClient) -> ScaleSetIntake:
+        return ScaleSetIntake(Running(config), github, store, name, lambda pool: None, LogOnce(logger))
+
+    async def session_requested() -> bool:
+        calls = await asyncio.to_thread(sandbox_calls, control)
+        return any(key.startswith("POST ") and key.endswith("/sessions") for key in calls["github"])
+
+    async def main() -> tuple[dict[str, Any] | None, ScaleSetStatus]:
+        github = GitHubClient(config.github)
+        holder = replica("replica-a", github)
+        holder.ensure({"ci"})
+        # GitHub has the request (it answers 1.5 s later) when the lease goes elsewhere.
+        await wait_until_async(session_requested, within=30, what="the holder asking for a session")
+        holder.ensure(set())
+        await holder.close()
+        successor = replica("replica-b", github)
+        successor.ensure({"ci"})
+
+        async def listening() -> ScaleSetStatus | None:
+            status = successor.status("ci")
+            return status if status is not None and status.state is SessionState.LISTENING else None
+
+        status = await wait_until_async(listening, within=30, what="the next holder listening")
+        session = session_of(control, "ci")
+        await successor.close()
+        await github.aclose()
+        return session, status
+
+    session, status = asyncio.run(main())
+    store.close()
+    assert session is not None and session["owner"] == "replica-b"
+    assert status.recoveries == 0  # no conflict on the way
 
 
 def session_of(control: httpx.Client, name: str) -> dict[str, Any] | None:

@@ -102,3 +102,18 @@ def test_warm_runners_follow_the_windows_as_the_engine_s_clock_moves(
 def wake(corral: LocalCorral) -> None:
     with corral.api() as api:
         api.post("/api/v1/reconcile").raise_for_status()
+
+
+def test_an_auto_pool_with_no_history_keeps_min_and_says_it_is_learning(
+    sandbox: Sandbox, start_corral: StartCorral
+) -> None:
+    auto = {"auto": {"target_wait": "30s", "min": 1, "max": 3}}
+    corral = start_corral({"small": pool_spec(["small"], min_idle=auto)}, default_pool="small")
+    converge(corral, lambda: online_per_pool(sandbox) == {"small": 1}, "one warm runner: auto's min")
+    view = pools_view(corral)["small"]
+    assert view["min_idle"] == 1
+    assert view["min_idle_auto"]["wanted"] == 1 and view["min_idle_auto"]["boot_s"] is None
+    assert view["min_idle_auto"]["reason"].startswith("learning: ")
+    with corral.api() as api:
+        metrics = api.get("/metrics").text
+    assert 'corral_pool_auto_warm{figure="wanted",pool="small"} 1.0' in metrics

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import Connection
 
 from corral.clock import utcnow
 from corral.cloud.provider import DEFAULT_CLOUD
@@ -422,6 +423,44 @@ def test_writers_racing_on_postgresql_never_fill_a_pool_past_max_runners() -> No
         for store in stores:
             store.close()
     assert sum(added) == max_runners == len(live), added
+
+
+def test_a_replica_frozen_in_a_transaction_holds_its_row_locks_only_until_the_server_ends_its_session() -> None:
+    """A replica frozen (SIGSTOP, a VM migrated) between two statements of a transaction holds the row locks
+    it took. The replica that takes its pool over must be able to write the pool's rows: PostgreSQL ends the
+    frozen session after `idle_in_transaction_s` (here 1 s), and the write goes through then, not when the
+    frozen one wakes. Woken, the frozen replica's transaction runs again on a new connection."""
+    with postgres_url() as url:
+        frozen, successor = Store(url, idle_in_transaction_s=1.0), Store(url)
+        frozen.migrate()
+        frozen.run_blocking(pools.set_drained, "small", False, now=utcnow())
+        locked, wake = threading.Event(), threading.Event()
+        attempts: list[int] = []
+
+        def drain_then_freeze(connection: Connection) -> None:
+            attempts.append(1)
+            pools.set_drained(connection, "small", True, now=utcnow())  # the row is locked from here
+            locked.set()
+            wake.wait(timeout=60)
+
+        sleeper = threading.Thread(target=frozen.run_blocking, args=(drain_then_freeze,))
+        sleeper.start()
+        assert locked.wait(timeout=30)
+        writer = threading.Thread(
+            target=lambda: successor.run_blocking(pools.set_drained, "small", False, now=utcnow())
+        )
+        writer.start()
+        writer.join(timeout=30)
+        written = not writer.is_alive()
+        drained_then = pools.drained(successor.run_blocking(pools.statuses)) if written else None
+        wake.set()
+        sleeper.join(timeout=30)
+        writer.join(timeout=30)
+        frozen.close()
+        successor.close()
+    assert written, "the successor's write waited for the frozen replica"
+    assert drained_then == set()
+    assert len(attempts) == 2  # the frozen one's transaction ran again on a new connection when it woke
 
 
 def test_a_write_under_a_stale_fence_is_refused_and_writes_nothing() -> None:

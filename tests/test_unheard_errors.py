@@ -13,6 +13,7 @@ from corral.engine.observe import Observation, Observer, observe
 from corral.metrics import REGISTRY
 from corral_sandbox.local import pool_spec
 from tests.conftest import StartCorral
+from tests.minimal_config import running
 
 
 def action_errors(kind: str) -> float:
@@ -34,14 +35,14 @@ def test_a_look_that_raises_and_acting_on_one_that_raises_are_each_logged_once_a
         raise KeyError("a bug after the look")
 
     async def scenario() -> tuple[Observation | None, Observation | None]:
-        observer = Observer(look, acted_on, lambda: 3600.0)
+        observer = Observer(look, acted_on, running(reconcile_interval=3600))
         stop = asyncio.Event()
-        running = asyncio.ensure_future(observer.run(stop))
+        observing = asyncio.ensure_future(observer.run(stop))
         failed = await observer.look_now()
         looked = await observer.look_now()
         stop.set()
         observer.refresh()
-        await running
+        await observing
         return failed, looked
 
     before = action_errors("observe")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -22,3 +23,17 @@ def wait_until(probe: Callable[[], T | None], *, timeout: float = DEFAULT_TIMEOU
             return last
         time.sleep(POLL_INTERVAL_S)
     raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}; last value: {last!r}")
+
+
+async def wait_until_async(
+    probe: Callable[[], Awaitable[T | None]], *, within: float = DEFAULT_TIMEOUT_S, what: str = "condition"
+) -> T:
+    """`wait_until` inside an event loop: the loop's other tasks run between two probes."""
+    deadline = time.monotonic() + within
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(POLL_INTERVAL_S)
+    raise AssertionError(f"timed out after {within:.1f}s waiting for {what}; last value: {last!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -52,6 +53,9 @@ class PoolView(BaseModel):
     """When a `min_idle` schedule changes it next (None: a plain number, or no change within a year)..."""
     min_idle_next: int | None = None
     """...and to what."""
+    min_idle_auto: dict[str, Any] | None = None
+    """`min_idle: {auto: ...}`'s last forecast: `wanted`, the `boot_s` and `window_s` it took, the
+    `rate_per_minute` of the last 15 minutes, the `recent_need` and `usual_need`, and the `reason` in words."""
     max_runners: int
     queued_jobs: int
     held_jobs: int
@@ -131,6 +135,9 @@ async def pool_views(config: CorralConfig, operator: Operator) -> list[PoolView]
         states = snapshot.states
         warm = pool.min_idle_at(operator.schedule_now()) if pool else InForce(0)
         min_idle, max_runners = (warm.min_idle, pool.max_runners) if pool else (0, 0)
+        auto = snapshot.warm_forecast if pool is not None and pool.auto_warm is not None else None
+        if auto is not None and snapshot.min_idle is not None:
+            min_idle = snapshot.min_idle  # what the last pass kept: the forecast's, over the schedule's floor
         starting = states[RunnerState.PENDING] + states[RunnerState.CREATING] + states[RunnerState.BOOTING]
         counts = PoolCounts(
             starting=starting,
@@ -167,6 +174,7 @@ async def pool_views(config: CorralConfig, operator: Operator) -> list[PoolView]
                 min_idle=min_idle,
                 min_idle_next_change=warm.next_change,
                 min_idle_next=warm.next_min_idle,
+                min_idle_auto=auto.as_dict() if auto is not None else None,
                 max_runners=max_runners,
                 queued_jobs=snapshot.queued_jobs,
                 held_jobs=snapshot.held_jobs,

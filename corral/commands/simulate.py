@@ -14,11 +14,15 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.commands.database import open_store_at
-from corral.config import ConfigError, load_config, parse_duration
+from corral.config import ConfigError, CorralConfig, load_config, parse_duration
 from corral.simulate.settings import BootTimes, Settings
 from corral.store import runners
+
+if TYPE_CHECKING:
+    from corral.simulate.suggest import Goal
 
 DEFAULT_BOOT = "60s"
 MIN_BOOTS = 10
@@ -75,60 +79,131 @@ def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     parser.add_argument(
         "--html", type=Path, metavar="PATH", help="also write one self-contained page: timelines and wait histograms"
     )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="OTHER",
+        help="also run the corral.yaml OTHER on the same trace and settings, and print both side by side with "
+        "what changes, figure by figure and key by key (--html then writes OTHER's page beside the first, "
+        "as NAME.compare.html)",
+    )
+    parser.add_argument(
+        "--suggest",
+        metavar="WAIT",
+        help="instead of one run, find per pool the smallest fixed min_idle whose waits meet the goal (the "
+        "--suggest-percentile of waits at or below WAIT, such as 30s) and simulate auto with that target, "
+        "printing what each costs (about log2(max_runners) + 3 simulations)",
+    )
+    parser.add_argument(
+        "--suggest-percentile",
+        type=float,
+        default=95.0,
+        metavar="P",
+        help="the percentile of waits --suggest's goal is for (default 95)",
+    )
     parser.set_defaults(handler=_simulate)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     # Imported here: the engine and its virtual-time loop are for this command alone, not every CLI start-up.
+    from corral.simulate.compare import Comparison, changed_keys
     from corral.simulate.html import render
     from corral.simulate.report import report
     from corral.simulate.run import SimulationRefused, simulate
+    from corral.simulate.suggest import suggest
     from corral.simulate.trace import TraceError, load_trace
 
     try:
         settings = _settings(args)
         measure_from = _duration(args.measure_from, "--measure-from", zero=True)
+        goal = _goal(args) if args.suggest is not None else None
     except ValueError as exc:
         print(f"corral simulate: {exc}", file=sys.stderr)
         return 2
-    try:
-        config = load_config(args.config, credentials=False)
-    except ConfigError as exc:
-        print(f"corral simulate: {args.config} is not a valid config:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
+    config = _load(args.config)
+    other = _load(args.compare) if args.compare is not None else None
+    if config is None or (args.compare is not None and other is None):
         return 2
     try:
         trace = load_trace(args.trace)
     except TraceError as exc:
-        print(f"corral simulate: {args.trace} is not a job trace:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 2
+        return _refused(f"{args.trace} is not a job trace", exc.problems)
     except OSError as exc:
         print(f"corral simulate: cannot read {args.trace} ({exc.strerror or exc})", file=sys.stderr)
         return 2
     if args.boot_time is None and args.database_url is not None:
-        measured = _measured_boots(args.database_url, args.history, list(config.pools))
+        pools = list(config.pools) + [name for name in (other.pools if other else {}) if name not in config.pools]
+        measured = _measured_boots(args.database_url, args.history, pools)
         if measured is None:
             return 2
         settings = replace(settings, boot=measured[0], boot_by_pool=measured[1])
-    try:
-        outcome = simulate(config, trace, settings)
-    except SimulationRefused as exc:
-        print("corral simulate: this config asks for what the simulation does not model:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 2
-    found = report(outcome, measure_from)
-    sys.stdout.write(found.as_json() if args.format == "json" else found.as_table())
-    if args.html is not None:
+    if goal is not None:
         try:
-            args.html.write_text(render(outcome, found, measure_from))
-        except OSError as exc:
-            print(f"corral simulate: cannot write {args.html} ({exc.strerror or exc})", file=sys.stderr)
-            return 1
+            suggestion = suggest(config, trace, settings, measure_from, goal)
+        except SimulationRefused as exc:
+            return _refused(f"{args.config} asks for what the simulation does not model", exc.problems)
+        sys.stdout.write(suggestion.as_json() if args.format == "json" else suggestion.as_table())
+        return 0
+    runs = [(args.config, config)] + ([(args.compare, other)] if other is not None else [])
+    outcomes = []
+    for path, each in runs:
+        try:
+            outcomes.append(simulate(each, trace, settings))
+        except SimulationRefused as exc:
+            return _refused(f"{path} asks for what the simulation does not model", exc.problems)
+    found = [report(outcome, measure_from) for outcome in outcomes]
+    if other is not None:
+        names = _names(args.config, args.compare)
+        comparison = Comparison(names[0], names[1], found[0], found[1], changed_keys(config, other))
+        sys.stdout.write(comparison.as_json() if args.format == "json" else comparison.as_table())
+    else:
+        sys.stdout.write(found[0].as_json() if args.format == "json" else found[0].as_table())
+    if args.html is not None:
+        pages = [args.html, args.html.with_name(f"{args.html.stem}.compare{args.html.suffix or '.html'}")]
+        for page, outcome, figures in zip(pages, outcomes, found, strict=False):
+            try:
+                page.write_text(render(outcome, figures, measure_from))
+            except OSError as exc:
+                print(f"corral simulate: cannot write {page} ({exc.strerror or exc})", file=sys.stderr)
+                return 1
     return 0
+
+
+def _load(path: Path) -> CorralConfig | None:
+    """The config at `path`, its credentials unread (nothing is contacted); None after saying what is wrong."""
+    try:
+        return load_config(path, credentials=False)
+    except ConfigError as exc:
+        _refused(f"{path} is not a valid config", exc.problems)
+        return None
+
+
+def _refused(heading: str, problems: list[str]) -> int:
+    """Say what is wrong, a problem a line, and give the exit code of a bad input (2)."""
+    print(f"corral simulate: {heading}:", file=sys.stderr)
+    for problem in problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 2
+
+
+def _names(base: Path, other: Path) -> tuple[str, str]:
+    """How the two configs are headed in a comparison: their file names, or their paths when those are alike."""
+    if base.name != other.name:
+        return base.name, other.name
+    return str(base), str(other)
+
+
+def _goal(args: argparse.Namespace) -> Goal:
+    from corral.simulate.suggest import Goal  # the engine with it: for this command alone
+
+    if args.compare is not None or args.html is not None:
+        raise ValueError(
+            "--suggest runs many simulations and prints what each pool needs: leave out --compare and --html"
+        )
+    percentile = args.suggest_percentile
+    if not (math.isfinite(percentile) and 0 < percentile <= 100):
+        raise ValueError(f"--suggest-percentile {percentile:g}: give a percentile above 0 and up to 100, such as 95")
+    return Goal(_duration(args.suggest, "--suggest", zero=True), percentile)
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -22,6 +22,8 @@ from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import CloudError, ServerSpec
 from corral.cloud.quota import ServerCost
 from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.running import Running
+from corral.executors import call_blocking
 
 logger = logging.getLogger("corral.engine")
 
@@ -71,19 +73,23 @@ class PoolChecker:
         executor: Executor,
         log_once: LogOnce,
         clock: Callable[[], float],
-        recheck_s: Callable[[], float],
+        running: Running,
     ) -> None:
-        """`recheck_s`: how long until a pool with a definite problem is looked at again (configurable)."""
-        self._recheck_s = recheck_s
+        """`running`'s `tuning.pool_recheck`: how long until a pool with a definite problem is looked at again."""
+        self._running = running
         self._cloud = cloud
         self._executor = executor
         self._log_once = log_once
         self._clock = clock
         self._checks: dict[str, PoolCheck] = {}
+        self.sooner = asyncio.Event()
+        """Set when a check falls due before the time `wait_s` last gave (a refusal, a new configuration): the
+        check loop looks at once instead of sleeping on."""
 
     def forget(self) -> None:
         """A new configuration: every pool is checked afresh."""
         self._checks.clear()
+        self.sooner.set()
 
     def _check_of(self, pool: str) -> PoolCheck:
         check = self._checks.get(pool)
@@ -96,16 +102,22 @@ class PoolChecker:
         now = self._clock()
         return [pool for pool in pools if self._check_of(pool).due <= now]
 
+    def wait_s(self, pools: list[str], longest: float) -> float:
+        """Seconds until the first of `pools` falls due (0: one is; one never checked is), `longest` at most: the
+        check loop sleeps that long rather than looking every second (most of an idle simulated day's work)."""
+        now = self._clock()
+        dues = [self._checks[pool].due if pool in self._checks else now for pool in pools]
+        return max(min([due - now for due in dues] + [longest]), 0.0)
+
     async def check(self, pool: str, spec: ServerSpec) -> None:
         check = self._check_of(pool)
-        loop = asyncio.get_running_loop()
         image_id: str | None = None
         began = self._clock()
         try:
-            problems = await loop.run_in_executor(self._executor, self._cloud.check_pool, spec)
+            problems = await call_blocking(self._executor, self._cloud.check_pool, spec)
             if not problems:
-                check.cost = await loop.run_in_executor(self._executor, self._cloud.server_cost, spec)
-                image_id = await loop.run_in_executor(self._executor, self._cloud.image_id, spec)
+                check.cost = await call_blocking(self._executor, self._cloud.server_cost, spec)
+                image_id = await call_blocking(self._executor, self._cloud.image_id, spec)
         except CloudError as exc:
             wait = check.backoff.failed()
             check.error, check.due = str(exc), self._clock() + wait
@@ -118,12 +130,15 @@ class PoolChecker:
         if check.parked_at is not None and check.parked_at >= began:
             return  # the pool was parked while this check was under way: the check after the park decides
         check.parked_at = None
-        check.due = self._clock() + self._recheck_s()
+        check.due = self._clock() + self._running.config.tuning.pool_recheck
         if not problems:
             check.image_id = image_id  # a change starts a rollout, which says so (`engine.rollouts`)
         if problems and problems != check.problems:
             logger.warning(
-                "pool %s is not ready, checking it again in %.0fs: %s", pool, self._recheck_s(), "; ".join(problems)
+                "pool %s is not ready, checking it again in %.0fs: %s",
+                pool,
+                self._running.config.tuning.pool_recheck,
+                "; ".join(problems),
             )
         elif not problems and check.problems:
             logger.info("pool %s: the cloud can serve it again", pool)
@@ -148,6 +163,7 @@ class PoolChecker:
         if check.refusal != key:
             check.refusal, check.refused_at = key, self._clock()
             check.due = self._clock()
+            self.sooner.set()
             return 0.0
         if sent_at is not None and sent_at < check.refused_at:
             return 0.0  # one burst with the first: the check decides
@@ -156,13 +172,13 @@ class PoolChecker:
             logger.warning(
                 "pool %s is not ready (the same refusal twice), checking it again in %.0fs: %s",
                 pool,
-                self._recheck_s(),
+                self._running.config.tuning.pool_recheck,
                 problem,
             )
         check.problems = [problem]
         check.parked_at = self._clock()
-        check.due = check.parked_at + self._recheck_s()
-        return self._recheck_s()
+        check.due = check.parked_at + self._running.config.tuning.pool_recheck
+        return self._running.config.tuning.pool_recheck
 
     def accepted(self, pool: str) -> None:
         """The cloud accepted a create of the pool: a refusal before it was a passing one."""

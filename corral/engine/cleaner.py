@@ -9,7 +9,6 @@ job (idle, or of a removed pool) loses its registration first, so GitHub cannot 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -17,11 +16,13 @@ from dataclasses import replace
 
 from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.clouds import CloudSet
-from corral.cloud.provider import DEFAULT_CLOUD, CloudError, CloudServer
+from corral.cloud.provider import CloudError, CloudServer
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.observe import Observation
+from corral.engine.running import Running
 from corral.engine.transitions import Mover
+from corral.executors import call_blocking
 from corral.github.client import GitHubClient, GitHubError
 from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, ORPHANS_DELETED
 from corral.model import Reason, Runner, RunnerState
@@ -40,15 +41,15 @@ class Cleaner:
         github: GitHubClient,
         executor: Executor,
         log_once: LogOnce,
-        cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
+        running: Running,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`cloud_of`: the cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`). `clock`
-        times the cloud's delete calls."""
+        """`running`'s config says which cloud a runner is in from what its row recorded
+        (`CorralConfig.cloud_of`). `clock` times the cloud's delete calls."""
         self._clock = clock
         self._mover = mover
         self._clouds = clouds
-        self._cloud_of_recorded = cloud_of
+        self._running = running
         self._github = github
         self._executor = executor
         self._log_once = log_once
@@ -98,14 +99,12 @@ class Cleaner:
         return True
 
     def _cloud_of(self, runner: Runner) -> str:
-        return self._cloud_of_recorded(runner.cloud)
+        return self._running.config.cloud_of(runner.cloud)
 
     async def delete_server(self, server_id: str, cloud: str) -> bool:
         started = self._clock.monotonic()
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._clouds.delete_server, server_id, cloud
-            )
+            await call_blocking(self._executor, self._clouds.delete_server, server_id, cloud)
         except CloudError as exc:
             CLOUD_CALLS.labels("delete_server", type(exc).__name__).inc()
             self._log_once.warning(

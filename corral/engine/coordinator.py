@@ -114,13 +114,11 @@ class Engine:
             clock=clock,
         )
         self.mover = Mover(store, fence=self.leases.fence, clock=clock)
-        self.checker = PoolChecker(
-            cloud, self._cloud_threads, self.log_once, clock.monotonic, lambda: running.config.tuning.pool_recheck
-        )
-        self.rollouts = Rollouts(lambda: running.config, clock)
+        self.checker = PoolChecker(cloud, self._cloud_threads, self.log_once, clock.monotonic, running)
+        self.rollouts = Rollouts(running, clock)
         self.workers = KeyedWorkers(lambda name: self.reconciler.reconcile_pool(name), clock)
         self.scalesets = ScaleSetIntake(
-            lambda: running.config,
+            running,
             github,
             store,
             replica,
@@ -140,9 +138,8 @@ class Engine:
             max_concurrent_creates=config.cloud.max_concurrent_creates,
             jit_concurrency=config.tuning.jit_concurrency,
             scale_set_jit=self.scalesets.jit_config,
+            running=running,
             image_for=self.rollouts.image_for_new_runner,
-            clouds_of=lambda pool: running.config.clouds_of(pool),
-            cloud_of=lambda recorded: running.config.cloud_of(recorded),
             ready_clouds=self.readiness.ready_clouds,
             clock=clock,
             executors=executors,
@@ -153,7 +150,7 @@ class Engine:
             github,
             self._cloud_threads,
             self.log_once,
-            lambda r: running.config.cloud_of(r),
+            running,
             clock=clock,
         )
         self.jobs = JobTracker(store, github, self.log_once, clock)
@@ -191,7 +188,7 @@ class Engine:
             stopping=self._stop,
         )
         self.judge = RunnerJudge(
-            lambda: running.config,
+            running,
             self.mover,
             self.supervisor,
             self.creator,
@@ -200,10 +197,7 @@ class Engine:
             clock=clock,
         )
         self.scaler = Scaler(
-            config=lambda: running.config,
-            template=lambda: running.template,
-            generation=lambda: running.generation,
-            drained=lambda: running.drained,
+            running=running,
             readiness=self.readiness.pool_ready,
             store=store,
             supervisor=self.supervisor,
@@ -223,9 +217,7 @@ class Engine:
             wall=clock.now,
             ask_github=self.housekeeper.ask_github_in,
         )
-        self.observer = Observer(
-            self.housekeeper.look, self.housekeeper.observed, lambda: running.config.reconcile_interval, clock
-        )
+        self.observer = Observer(self.housekeeper.look, self.housekeeper.observed, running, clock)
         self.reconciler = PoolReconciler(
             running,
             store,
@@ -310,9 +302,18 @@ class Engine:
             self._wakes.start()
         housekeeper, renew_every_s = self.housekeeper, self.leases.renew_every_s
         self._loops = [
-            start_loop(self._every(ActionKind.LEASES, self.membership.lease_tick, renew_every_s), "corral-leases"),
+            start_loop(self._every(ActionKind.LEASES, self._lease_tick, renew_every_s), "corral-leases"),
             start_loop(self.observer.run(self._stop), "corral-observer"),
-            start_loop(self._every(ActionKind.POOL_CHECK, housekeeper.check_due_pools, 1.0), "corral-checks"),
+            start_loop(
+                every(
+                    self._stop,
+                    ActionKind.POOL_CHECK,
+                    housekeeper.check_due_pools,
+                    housekeeper.check_wait_s,
+                    self.checker.sooner,
+                ),
+                "corral-checks",
+            ),
             start_loop(
                 self._every(ActionKind.JOB_UPKEEP, housekeeper.job_upkeep, None, housekeeper.ask_github), "corral-jobs"
             ),
@@ -337,6 +338,11 @@ class Engine:
             await self.leases.leave()
         self.creator.close()
         self._cloud_threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _lease_tick(self) -> None:
+        """Renew, take and hand over pools; a pool taken over is checked against the cloud at once."""
+        if await self.membership.lease_tick():
+            self.checker.sooner.set()
 
     def _every(
         self,

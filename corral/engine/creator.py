@@ -21,7 +21,6 @@ from string import Template
 from corral.clock import SYSTEM_CLOCK, Clock
 from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import (
-    DEFAULT_CLOUD,
     META_INSTALLATION,
     META_POOL,
     META_RUNNER,
@@ -35,8 +34,9 @@ from corral.config import CorralConfig, Placement, PoolConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
+from corral.engine.running import Running
 from corral.engine.transitions import Mover
-from corral.executors import Executors, thread_pool
+from corral.executors import Executors, call_blocking, thread_pool
 from corral.github.client import GitHubClient, GitHubError, GitHubRateLimited, JitConfig
 from corral.metrics import CLOUD_CALL_SECONDS, CLOUD_CALLS, GITHUB_ERRORS, QUEUED_TO_CREATE_SECONDS
 from corral.model import Reason, Runner, RunnerState
@@ -109,9 +109,8 @@ class Creator:
         max_concurrent_creates: int,
         jit_concurrency: int,
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
+        running: Running,
         image_for: Callable[[str], str | None] = lambda _: None,
-        clouds_of: Callable[[str], list[str]] = lambda _: [],
-        cloud_of: Callable[[str | None], str] = lambda recorded: recorded or DEFAULT_CLOUD,
         ready_clouds: Callable[[str], set[str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         executors: Executors = thread_pool,
@@ -131,14 +130,12 @@ class Creator:
         self._image_for = image_for
         """The image id a pool's next runner must be created from instead of what its `image` names, if any
         (rolled back, or a canary's share: `engine.rollouts`)."""
-        self._clouds_of = clouds_of
-        """The clouds of a pool's placements, in order."""
-        self._cloud_of_recorded = cloud_of
-        """The cloud a runner is in, from what its row recorded (`CorralConfig.cloud_of`)."""
-        self._ready_clouds = ready_clouds or (lambda pool: set(clouds_of(pool)))
+        self._running = running
+        """Where the clouds of a pool's placements, and the cloud a runner's row recorded, are read."""
+        self._ready_clouds = ready_clouds or (lambda pool: set(running.config.clouds_of(pool)))
+        """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
         self._clock = clock
         """What a job's wait for its runner is measured by."""
-        """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
 
     async def came_online(self, runner: Runner) -> None:
         """A runner came online: the whole way from intent to runner works, so the backoffs end (its pool's,
@@ -182,7 +179,7 @@ class Creator:
         return self.pauses.cloud_failures(pool, cloud) > 0
 
     def _cloud_of(self, runner: Runner) -> str:
-        return self._cloud_of_recorded(runner.cloud)
+        return self._running.config.cloud_of(runner.cloud)
 
     async def _back_off(
         self, runner: Runner, at_least_s: float = 0.0, *, cloud_fault: bool = True
@@ -190,7 +187,7 @@ class Creator:
         """After a failed runner: when the cloud failed it, its cloud backs off for the pool, and while
         another of the pool's clouds has not, the runners go there (the pool itself pauses only when all
         have; a GitHub failure pauses it at once). Returns the wait and what comes after it, for the log."""
-        clouds = set(self._clouds_of(runner.pool))
+        clouds = set(self._running.config.clouds_of(runner.pool))
         if cloud_fault and len(clouds) > 1:
             cloud = self._cloud_of(runner)
             wait = await self.pauses.cloud_failed(runner.pool, cloud, at_least_s)
@@ -282,9 +279,7 @@ class Creator:
         started = time.perf_counter()
         async with self._cloud_slots:
             try:
-                server = await asyncio.get_running_loop().run_in_executor(
-                    self._threads, self._cloud.create_server, spec
-                )
+                server = await call_blocking(self._threads, self._cloud.create_server, spec)
             except CloudError as exc:
                 CLOUD_CALLS.labels("create_server", type(exc).__name__).inc()
                 raise

@@ -14,6 +14,7 @@ from corral.config import CorralConfig
 from corral.engine.creator import Creator
 from corral.engine.observe import Observation
 from corral.engine.rollouts import Rollouts
+from corral.engine.running import Running
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
 from corral.metrics import RUNNER_BOOT_SECONDS
@@ -43,7 +44,7 @@ def left_a_running_job(transition: Transition, row: RunnerAndJob) -> bool:
 class RunnerJudge:
     def __init__(
         self,
-        config: Callable[[], CorralConfig],
+        running: Running,
         mover: Mover,
         supervisor: Supervisor,
         creator: Creator,
@@ -52,20 +53,22 @@ class RunnerJudge:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`ask_github(after_s)` is called when a job's fate became uncertain: GitHub is asked about it then."""
-        self._config = config
+        self._running = running
         self.mover = mover
         self.supervisor = supervisor
         self.creator = creator
         self._ask_github = ask_github
         self._clock = clock
         """What a runner's `registered_at` is stamped by."""
-        self._rollouts = rollouts or Rollouts(config, clock)
+        self._rollouts = rollouts or Rollouts(running, clock)
         """Told which runners came online or failed to: a rollout judges its new image by them."""
         self._noted_active: dict[str, None] = {}
         """Runners whose ACTIVE server is already noted (insertion-ordered, the oldest forgotten first)."""
 
     async def judge(self, rows: list[RunnerAndJob], observation: Observation | None) -> list[Runner]:
-        """Move every runner as far as what is known takes it, a step (one transaction) at a time."""
+        """Move every runner as far as what is known takes it, a step (one transaction) at a time, all by the
+        configuration in force when the judging began."""
+        config = self._running.read().config
         await self._note_active(rows, observation)
         by_id = {row.runner.id: row for row in rows}
         current = {row.runner.id: row.runner for row in rows}
@@ -75,7 +78,7 @@ class RunnerJudge:
             for runner_id in pending:
                 runner = current[runner_id]
                 row = by_id[runner_id]
-                verdict = judge_runner(self._facts(runner, row, observation))
+                verdict = judge_runner(self._facts(config, runner, row, observation))
                 if verdict is not None:
                     transitions.append(self._transition(runner, row, verdict))
             if not transitions:
@@ -86,9 +89,9 @@ class RunnerJudge:
                 if result is not None:
                     current[result.id] = result
                     pending.append(result.id)
-                    await self._learn(transition)
+                    await self._learn(config, transition)
                     if transition.presumed_taken:
-                        self._ask_github(self._config().tuning.confirm_after)
+                        self._ask_github(config.tuning.confirm_after)
                     if left_a_running_job(transition, by_id[result.id]):
                         # Its `completed` webhook may be lost: GitHub's word now, not `stale_job_check` later.
                         self._ask_github(0.0)
@@ -113,8 +116,10 @@ class RunnerJudge:
         while len(self._noted_active) > MAX_NOTED_ACTIVE:
             self._noted_active.pop(next(iter(self._noted_active)))
 
-    def _facts(self, runner: Runner, row: RunnerAndJob, observation: Observation | None) -> RunnerFacts:
-        pool = self._config().pools.get(runner.pool)
+    def _facts(
+        self, config: CorralConfig, runner: Runner, row: RunnerAndJob, observation: Observation | None
+    ) -> RunnerFacts:
+        pool = config.pools.get(runner.pool)
         timeout = pool.bootstrap_timeout if pool else DEFAULT_BOOTSTRAP_TIMEOUT_S
         in_flight = self.supervisor.busy(runner.id)
         if observation is None:
@@ -138,7 +143,7 @@ class RunnerJudge:
             observed_age_s=(observation.started_at - runner.created_at).total_seconds(),
             bootstrap_timeout_s=timeout,
             server_known=server is not None
-            or (seen_before and observation.listed_cloud(self._config().cloud_of(runner.cloud))),
+            or (seen_before and observation.listed_cloud(config.cloud_of(runner.cloud))),
             server_status=server.status if server else None,
             server_fault=server.fault if server else None,
             registration_known=runner.scope in observation.registrations and (registration is not None or seen_before),
@@ -149,7 +154,7 @@ class RunnerJudge:
             job_status=row.job_status,
         )
 
-    async def _learn(self, transition: Transition) -> None:
+    async def _learn(self, config: CorralConfig, transition: Transition) -> None:
         """What a runner's move says about its pool's way from intent to runner: back off, or carry on."""
         # Came online: seen idle, or (in a busy pool, where a runner takes a job as it registers) seen busy or
         # done from booting, which is when `_transition` sets its `registered_at`.
@@ -162,7 +167,6 @@ class RunnerJudge:
         elif transition.target is RunnerState.FAILED and transition.reason is Reason.CLOUD_QUOTA:
             # Nova accepted the create, then its quota recheck put the server in ERROR: the quota failed, not
             # the image (no rollout hears of it) nor the cloud; the pool waits as after a refused create.
-            config = self._config()
             cloud = config.cloud_of(transition.runner.cloud)
             retry = config.cloud_settings().get(cloud, config.cloud).quota_retry
             await self.creator.over_quota(transition.runner, transition.message, retry)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from corral import __version__
 from corral.clock import SYSTEM_CLOCK, Clock
@@ -26,6 +27,7 @@ from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.workers import KeyedWorkers
 from corral.model import PoolStatus
 from corral.store import Store, jobs, leases, pools, runners
+from corral.warmth import WarmForecast
 
 
 class Membership:
@@ -76,17 +78,19 @@ class Membership:
             # Taken out of scale-set intake with no runner left: its scale set goes now (else after the last).
             self.supervisor.start(ActionKind.SCALE_SET, f"scale-set-delete:{name}", self.scalesets.forget(name))
 
-    async def lease_tick(self) -> None:
-        """Renew, take and hand over pools (PostgreSQL); workers follow what this replica holds."""
+    async def lease_tick(self) -> set[str]:
+        """Renew, take and hand over pools (PostgreSQL); workers follow what this replica holds. Returns the
+        pools taken."""
         gained, lost = await self.leases.tick()
         if not gained and not lost:
-            return
+            return gained
         if gained:
             # A pool taken over may have been drained or undrained on its former owner, and backing off.
             self.restore(await self.store.run(pools.statuses), gained.__contains__)
         await self.sync_workers()
         for pool in gained:
             self.workers.wake(pool)
+        return gained
 
     async def read_pool_statuses(self) -> None:
         """Read every pool's status row: operators' drains, and the quota waits of pools others hold."""
@@ -166,5 +170,13 @@ class Membership:
                 removed=status.removed if status else False,
                 scale_set_id=status.scale_set_id if status else None,
                 session_open=bool(status and status.scale_set_session),
+                **_warm_of(status),
             )
         return snapshots
+
+
+def _warm_of(status: PoolStatus | None) -> dict[str, Any]:
+    """An auto pool's warm runners and forecast as its holder published them (nothing if it did not)."""
+    if status is None or not status.warm or status.warm.get("forecast") is None:
+        return {}
+    return {"min_idle": status.warm.get("min_idle"), "warm_forecast": WarmForecast(**status.warm["forecast"])}

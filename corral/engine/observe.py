@@ -24,7 +24,9 @@ from corral.cloud.provider import CloudError, CloudServer, CloudTransientError
 from corral.cloud.quota import Headroom
 from corral.config import ScopeConfig
 from corral.engine.backoff import LogOnce
+from corral.engine.running import Running
 from corral.engine.supervisor import ActionKind
+from corral.executors import call_blocking
 from corral.github.client import GitHubClient, GitHubError, RegisteredRunner
 from corral.metrics import ACTION_ERRORS, CLOUD_CALLS, GITHUB_ERRORS, OBSERVE_SECONDS
 from corral.outages import DependencyHealth, DependencyUnavailable, log_unexpected
@@ -122,7 +124,7 @@ async def observe(
         # logged when it begins and ends (a refusal, by contrast, is a fault of the request, said each minute).
         health = outages.cloud(cloud) if outages is not None and operation == "list_servers" else None
         try:
-            read = await asyncio.get_running_loop().run_in_executor(executor, call)
+            read = await call_blocking(executor, call)
         except CloudError as exc:
             CLOUD_CALLS.labels(operation, type(exc).__name__).inc()
             if health is not None and isinstance(exc, CloudTransientError):
@@ -228,13 +230,14 @@ class Observer:
         self,
         look: Callable[[int], Awaitable[Observation]],
         on_observed: Callable[[Observation], Awaitable[None]],
-        interval: Callable[[], float],
+        running: Running,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """Looks every `reconcile_interval` of the configuration in force (a reload changes the next wait)."""
         self._clock = clock
         self._look = look
         self._on_observed = on_observed
-        self._interval = interval
+        self._running = running
         self._asked = asyncio.Event()
         self.latest: Observation | None = None
         self.generation = 0
@@ -277,7 +280,9 @@ class Observer:
             self._done.set()
             waiters = [asyncio.ensure_future(self._asked.wait()), asyncio.ensure_future(stop.wait())]
             try:
-                await asyncio.wait(waiters, timeout=self._interval(), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    waiters, timeout=self._running.config.reconcile_interval, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 for waiter in waiters:
                     waiter.cancel()

@@ -32,6 +32,7 @@ from corral.policy import (
     retirement_order,
 )
 from corral.schedules import InForce
+from corral.warmth import WarmForecast
 
 ENDED_BY_GITHUB = {
     Reason.ABANDONED_JOB: "GitHub ended the job it handed this runner, unstarted, and hands it no other",
@@ -49,6 +50,22 @@ IMAGE_MESSAGE = "its image is no longer the pool's"
 def covered_jobs(current: Sequence[Runner]) -> set[int]:
     """Jobs a runner started for them can still take (it is starting or idle)."""
     return {runner.job_id for runner in current if runner.state in FREE_STATES and runner.job_id is not None}
+
+
+def done_since_statistics(ctx: PoolContext) -> int:
+    """A scale-set pool's runners that came online and then ended after its listener last heard GitHub's
+    statistics: each one's job still counts there as assigned (`jobs_awaiting_runners`). A runner that never
+    came online ran no job; one retired after the statistics may be counted too, which only holds a create
+    back until the next message or until that runner is gone."""
+    if ctx.statistics_at is None:
+        return 0
+    return sum(
+        1
+        for runner in ctx.runners
+        if runner.state in (RunnerState.FINISHED, RunnerState.DELETING)
+        and runner.registered_at is not None
+        and runner.state_changed_at >= ctx.statistics_at
+    )
 
 
 def jobs_needed(pool: PoolConfig, current: Sequence[Runner], busy: int, *, drained: bool) -> int:
@@ -105,7 +122,9 @@ class PoolContext:
     held: tuple[int, ...] = ()
     """The queued jobs held back (their runners went to other jobs too often)."""
     statistics: Statistics | None = None
-    """A scale-set pool's statistics as its listener last heard them."""
+    """A scale-set pool's statistics as its listener last heard them..."""
+    statistics_at: datetime | None = None
+    """...and when it heard them."""
     ended: Mapping[str, Reason] = field(default_factory=dict)
     """A scale-set pool's runners GitHub will hand no (more) job, by name, and why."""
     replaced_at: datetime | None = None
@@ -124,6 +143,8 @@ class PoolContext:
     """How long the pool's creates stay paused after failures (0: not paused)."""
     unconfirmed: int = 0
     """Queued jobs not counted as demand only for want of a recent confirmation from GitHub."""
+    warm_forecast: WarmForecast | None = None
+    """What `min_idle: {auto: ...}` wants now (None: the pool is not auto, or is drained)."""
 
     @property
     def pool(self) -> PoolConfig:
@@ -180,6 +201,8 @@ class PoolPlan:
     desired: int
     queued_total: int
     held_jobs: int
+    min_idle: int
+    """The warm runners the pool keeps now: a number's, a schedule's, or `auto`'s over its floor."""
     states: Mapping[RunnerState, int]
     """The pool's runners by state once the abandoned ones are retired (what the pass publishes)."""
     creating: bool
@@ -358,7 +381,7 @@ def plan_pool(ctx: PoolContext) -> PoolPlan:
     if pool.intake == "scale_set":
         # GitHub, not corral, gives the scale set's jobs to its idle runners: the pool wants a free runner
         # for each job assigned to the scale set and not yet running (`min_idle + assigned` in all).
-        queued_total = jobs_awaiting_runners(ctx.statistics, states[RunnerState.BUSY])
+        queued_total = jobs_awaiting_runners(ctx.statistics, states[RunnerState.BUSY], done_since_statistics(ctx))
         waiting = queued_total
     else:
         queued_total = ctx.queued_count
@@ -379,7 +402,9 @@ def plan_pool(ctx: PoolContext) -> PoolPlan:
     )
     # Pools of higher priority waiting for quota to serve queued jobs take this pool's warm runners' room.
     warm: InForce = pool.min_idle_at(ctx.now)
-    min_idle, max_runners = (0, 0) if ctx.drained else (max(warm.min_idle - ctx.outranked, 0), pool.max_runners)
+    # `auto` keeps what its forecast wants; a schedule's value (or `default`) is the floor under it.
+    kept = max(warm.min_idle, ctx.warm_forecast.wanted) if ctx.warm_forecast is not None else warm.min_idle
+    min_idle, max_runners = (0, 0) if ctx.drained else (max(kept - ctx.outranked, 0), pool.max_runners)
     scale = plan_scale(counts, min_idle=min_idle, max_runners=max_runners)
     outdated = outdated_runners(ctx)
     # Idle runners an earlier pass is still retiring are surplus already dealt with, not more of it.
@@ -438,6 +463,7 @@ def plan_pool(ctx: PoolContext) -> PoolPlan:
         requeue_after = change_in if requeue_after is None else min(requeue_after, change_in)
     return PoolPlan(
         desired=scale.desired,
+        min_idle=0 if ctx.drained else kept,
         queued_total=queued_total,
         held_jobs=len(ctx.held),
         states=states,

@@ -110,6 +110,7 @@ class PoolReconciler:
         else:
             states[RunnerState.DELETING] += self._deleting.get(name, 0)
         if pool is None:
+            self.scaler.warmth.forget(name)
             self.scaler.retire(current, [RunnerState.IDLE, RunnerState.BOOTING], Reason.POOL_REMOVED, None)
             snapshot = PoolSnapshot(name, states, reason="removed from the configuration", removed=True)
             await self.status.publish(snapshot, self.running.generation)

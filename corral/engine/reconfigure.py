@@ -8,7 +8,6 @@ is listed until nothing of corral's is left in it: `Housekeeper`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -21,6 +20,7 @@ from corral.engine.membership import Membership
 from corral.engine.quota import QuotaBudget
 from corral.engine.running import Running
 from corral.engine.workers import KeyedWorkers
+from corral.executors import call_blocking
 from corral.userdata import load_template
 
 logger = logging.getLogger("corral.engine")
@@ -66,7 +66,7 @@ class Reconfigurer:
     async def _connect_added_clouds(self, config: CorralConfig) -> None:
         for name, settings in config.cloud_settings().items():
             if name not in self.cloud.names:
-                await asyncio.get_running_loop().run_in_executor(self.cloud_threads, self.cloud.add, name, settings)
+                await call_blocking(self.cloud_threads, self.cloud.add, name, settings)
                 self.quotas[name] = QuotaBudget(self.clock)
                 logger.info("cloud %s added: pools may place runners in it", name)
         for name in set(self.quotas) - set(config.cloud_settings()):

@@ -32,7 +32,8 @@ from datetime import datetime
 from typing import Any
 
 from corral.clock import SYSTEM_CLOCK, Clock
-from corral.config import CorralConfig, pool_of_placement
+from corral.config import pool_of_placement
+from corral.engine.running import Running
 from corral.metrics import IMAGE_PROMOTIONS, IMAGE_ROLLBACKS
 from corral.model import PoolStatus, Runner
 from corral.store import Store, pools
@@ -96,8 +97,9 @@ class Rollouts:
     placement may name its own image: its image as last checked, and its rollout. What a rollout may do
     (`rollout.*`) is the pool's."""
 
-    def __init__(self, config: Callable[[], CorralConfig], clock: Clock = SYSTEM_CLOCK) -> None:
-        self._config = config
+    def __init__(self, running: Running, clock: Clock = SYSTEM_CLOCK) -> None:
+        """Each method is synchronous and reads `running.config` once: one generation's settings."""
+        self._running = running
         self._clock = clock
         self._checked: dict[str, str] = {}
         """The image each placement's checks last resolved to."""
@@ -183,7 +185,7 @@ class Rollouts:
     def jobs_succeeded(self, key: str, succeeded: int) -> None:
         """So many jobs succeeded on a canary's new image since its rollout began: enough promote it."""
         rollout = self.canary(key)
-        pool = self._config().pools.get(pool_of_placement(key))
+        pool = self._running.config.pools.get(pool_of_placement(key))
         if rollout is None or pool is None:
             return
         if rollout.succeeded != succeeded:
@@ -205,7 +207,7 @@ class Rollouts:
         self._judge(key, rollout)
 
     def _share(self, key: str) -> float | None:
-        pool = self._config().pools.get(pool_of_placement(key))
+        pool = self._running.config.pools.get(pool_of_placement(key))
         return pool.rollout.canary if pool is not None else None
 
     def rollout(self, key: str) -> Rollout | None:
@@ -233,7 +235,7 @@ class Rollouts:
         """The placement the runner was made by, and its rollout (none under way for its pool: no lookup)."""
         if not any(pool_of_placement(key) == runner.pool for key in self._rollouts):
             return runner.pool, None
-        placement = self._config().placement_of(runner.pool, runner.cloud)
+        placement = self._running.config.placement_of(runner.pool, runner.cloud)
         key = placement.key(runner.pool) if placement is not None else runner.pool
         return key, self._rollouts.get(key)
 
@@ -241,7 +243,7 @@ class Rollouts:
         """Once `min_boots` runners on the new image were judged: roll back, or put the image in service."""
         pool_name = pool_of_placement(key)
         self._unsaved.add(pool_name)
-        pool = self._config().pools.get(pool_name)
+        pool = self._running.config.pools.get(pool_name)
         judged = rollout.online + rollout.failed
         if pool is None or judged < pool.rollout.min_boots:
             return
@@ -292,6 +294,6 @@ class Rollouts:
                 key,
                 checked,
                 share * 100,
-                self._config().pools[pool_of_placement(key)].rollout.canary_jobs,
+                self._running.config.pools[pool_of_placement(key)].rollout.canary_jobs,
                 start,
             )

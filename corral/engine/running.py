@@ -1,9 +1,10 @@
 """What every part of the engine reads and a reload swaps: the configuration in force, its generation and
 user-data template, and the pools operators drained.
 
-One object, shared by reference: the parts read `running.config` when they act, never a copy taken when they
-were built, so a reload (`Reconfigurer.apply`) that swaps config, generation and template in one step with no
-await between them is seen whole by every part at once.
+One object, shared by reference and handed to each part that needs it (no closures over it): a part takes
+`running.read()` once when an operation starts (a pass, a check, a create) and decides from that frozen view
+to the end, so a reload (`Reconfigurer.apply`, which swaps config, generation and template in one step with
+no await between them) is seen whole by the next operation and never half-way through one.
 """
 
 from __future__ import annotations
@@ -14,11 +15,25 @@ from string import Template
 from corral.config import CorralConfig
 
 
+@dataclass(frozen=True)
+class RunningView:
+    """The running configuration as one operation reads it: nothing in it changes under the reader."""
+
+    config: CorralConfig
+    template: Template
+    generation: int
+    drained: frozenset[str]
+
+
 @dataclass
 class Running:
     config: CorralConfig
-    template: Template
+    template: Template = field(default_factory=lambda: Template(""))
     generation: int = 1
     """Bumped by each reload; a pool's status says which generation its last pass applied."""
     drained: set[str] = field(default_factory=set)
     """Pools operators drained, as the store last said (on any replica)."""
+
+    def read(self) -> RunningView:
+        """A frozen view for one operation (read with no await, so it is one generation's whole)."""
+        return RunningView(self.config, self.template, self.generation, frozenset(self.drained))

@@ -34,9 +34,11 @@ from corral.engine.planning import (
 )
 from corral.engine.quota import QuotaBudget, SharedRoom
 from corral.engine.rollouts import Rollouts
+from corral.engine.running import Running, RunningView
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.transitions import log_new_runners
+from corral.engine.warmth import WarmForecaster
 from corral.github.scaleset import Statistics
 from corral.metrics import CAPACITY_REFUSALS, QUOTA_DEFERRALS
 from corral.model import CAPACITY_STATES, STARTING_STATES, QueuedJob, Reason, Runner, RunnerState
@@ -54,6 +56,10 @@ class ScaleSetNews(Protocol):
 
     def statistics(self, name: str) -> Statistics | None: ...
 
+    def statistics_at(self, name: str) -> datetime | None:
+        """When the listener heard those statistics."""
+        ...
+
     def ended_runners(self, name: str) -> dict[str, Reason]:
         """The pool's runners GitHub will hand no (more) job, by name, and why; the scaler removes those it
         has dealt with."""
@@ -66,6 +72,9 @@ class ScaleSetNews(Protocol):
 
 class NoScaleSets:
     def statistics(self, name: str) -> Statistics | None:
+        return None
+
+    def statistics_at(self, name: str) -> datetime | None:
         return None
 
     def ended_runners(self, name: str) -> dict[str, Reason]:
@@ -90,10 +99,7 @@ class Scaler:
     def __init__(
         self,
         *,
-        config: Callable[[], CorralConfig],
-        template: Callable[[], Template],
-        generation: Callable[[], int],
-        drained: Callable[[], set[str]],
+        running: Running,
         readiness: Callable[[str], tuple[bool, str | None]],
         store: Store,
         supervisor: Supervisor,
@@ -112,13 +118,12 @@ class Scaler:
         clock: Callable[[], datetime] = utcnow,
         wall: Callable[[], datetime] = utcnow,
         ask_github: Callable[[float], None] = lambda _: None,
+        warmth: WarmForecaster | None = None,
     ) -> None:
-        """The callables read the engine's current configuration and state, which a reload replaces; `fence`
-        gives the pool's lease (None on SQLite), so that its intents are written only while it is held."""
-        self._config = config
-        self._template = template
-        self._generation = generation
-        self._drained = drained
+        """`running` is the configuration a reload replaces (each pass reads it once); the callables read the
+        engine's other parts' current state; `fence` gives the pool's lease (None on SQLite), so that its intents
+        are written only while it is held."""
+        self._running = running
         self._readiness = readiness
         self.store = store
         self.supervisor = supervisor
@@ -134,7 +139,7 @@ class Scaler:
         self._placement_ready = placement_ready
         """Whether a placement (by `Placement.key`) passed its check against its cloud."""
         self._server_cost = server_cost
-        self._rollouts = rollouts or Rollouts(config)
+        self._rollouts = rollouts or Rollouts(running)
         """Which image is in service per pool (idle runners on another are replaced), and its canaries."""
         self._checked_image = checked_image
         """The image a pool's `image` resolved to at its last check."""
@@ -145,10 +150,13 @@ class Scaler:
         self.clock = clock
         """What time `min_idle` schedules are read at (a test moves it to a window's edge)."""
         self._wall = wall
+        """The engine's clock: what idle grace and the demand's waits are measured by."""
         self._ask_github = ask_github
         """Has the job upkeep ask GitHub about uncertain jobs in so many seconds (`Housekeeper.ask_github_in`)."""
+        self.warmth = warmth or WarmForecaster(store)
+        """The warm runners `min_idle: {auto: ...}` pools want, from their history."""
         self._asked_at: dict[str, datetime] = {}
-        """The engine's clock: what idle grace and the demand's waits are measured by."""
+        """When each pool last had GitHub asked early about its unconfirmed jobs (`_may_ask`)."""
         self._replacing: dict[str, dict[str, str]] = {}
         """Per pool, the replacements this replica started and not yet seen take a job or go, by id, with the
         outdated runner each replaces: retired first once its replacement is online, and given no second one
@@ -163,14 +171,14 @@ class Scaler:
         counts those it retired against `max_surge`, so it starts replacements only on such passes.
 
         Gathers one `PoolContext`, asks `planning.plan_pool`, and carries the plan out."""
-        # One configuration for the whole pass, read with no await between (a reload swaps all three at once):
+        # One configuration for the whole pass (config, template, generation and drained pools, read at once):
         # a reload while the pass awaits the store or the quota changes nothing of it.
-        config, template, generation = self._config(), self._template(), self._generation()
-        ctx = await self._context(name, config, current, states, deleting_known)
+        view = self._running.read()
+        ctx = await self._context(name, view, current, states, deleting_known)
         plan = plan_pool(ctx)
         if plan.confirm_now and self._may_ask(name, ctx.wall):
             self._ask_github(0.0)
-        await self._execute(ctx, plan, template, generation)
+        await self._execute(ctx, plan, view.template, view.generation)
         return plan.requeue_after
 
     def _may_ask(self, name: str, now: datetime) -> bool:
@@ -183,22 +191,25 @@ class Scaler:
         return True
 
     async def _context(
-        self, name: str, config: CorralConfig, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
+        self, name: str, view: RunningView, current: list[Runner], states: Counter[RunnerState], deleting_known: bool
     ) -> PoolContext:
         """What the pass decides from, read once: the store's queued jobs, or a scale set's statistics and
         the runners GitHub gave up on; the quota's and the rollouts' readings; which runners the supervisor is
         busy with; the clock."""
+        config = view.config
         pool = config.pools[name]
         ready, reason = self._readiness(name)
-        drained = name in self._drained()
+        drained = name in view.drained
         queued: list[QueuedJob] = []
         demand = Demand()
         queued_count = 0
         statistics: Statistics | None = None
+        statistics_at: datetime | None = None
         ended: dict[str, Reason] = {}
         replaced_at: datetime | None = None
         if pool.intake == "scale_set":
             statistics = self._scale_sets.statistics(name)
+            statistics_at = self._scale_sets.statistics_at(name)
             ended = dict(self._scale_sets.ended_runners(name))
             replaced_at = self._scale_sets.replaced_at(name)
         else:
@@ -208,10 +219,16 @@ class Scaler:
         kept = await self._images_kept(name, config)
         replacing = live_replacements(self._replacing.get(name, {}), current)
         self._replacing[name] = replacing
+        now = self.clock()
+        auto = pool.auto_warm
+        warm_forecast = await self.warmth.forecast(name, auto, now) if auto is not None and not drained else None
+        if auto is None:
+            self.warmth.forget(name)
         return PoolContext(
             name=name,
             config=config,
-            now=self.clock(),
+            now=now,
+            warm_forecast=warm_forecast,
             wall=self._wall(),
             runners=tuple(current),
             states=Counter(states),
@@ -225,6 +242,7 @@ class Scaler:
             wanted=tuple(demand.wanted),
             held=tuple(demand.held),
             statistics=statistics,
+            statistics_at=statistics_at,
             ended=ended,
             replaced_at=replaced_at,
             outranked=self._quota_of(config.clouds_of(name)[0]).outranked(name, pool.priority),
@@ -293,6 +311,8 @@ class Scaler:
             queued_jobs=plan.queued_total,
             held_jobs=plan.held_jobs,
             desired=plan.desired,
+            min_idle=plan.min_idle,
+            warm_forecast=ctx.warm_forecast,
             ready=ctx.ready,
             reason=ctx.reason,
             quota_short=tuple(quota_short),

@@ -35,8 +35,9 @@ from enum import StrEnum
 
 from corral import outages, secrets
 from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
-from corral.config import CorralConfig, PoolConfig, ScopeConfig, scale_set_name
+from corral.config import PoolConfig, ScopeConfig, scale_set_name
 from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.running import Running
 from corral.github.client import GitHubClient, GitHubError, JitConfig
 from corral.github.scaleset import (
     ActionsService,
@@ -76,6 +77,8 @@ class ScaleSetStatus:
     scale_set_id: int | None = None
     state: SessionState = SessionState.STARTING
     statistics: Statistics | None = None
+    statistics_at: datetime | None = None
+    """When the listener heard `statistics` (the engine's clock)."""
     error: str | None = None
     """Why the listener last failed; kept once it listens again (`state` says whether it still fails)."""
     error_since: datetime | None = None
@@ -89,20 +92,23 @@ class ScaleSetStatus:
     """Recoveries since then, of every kind (`corral_scale_set_recoveries_total` has them by kind)."""
 
 
-def jobs_awaiting_runners(statistics: Statistics | None, busy: int) -> int:
+def jobs_awaiting_runners(statistics: Statistics | None, busy: int, done_since: int = 0) -> int:
     """The scale set's jobs that want a free runner: assigned to it and not yet running, as of now.
 
     `statistics` are GitHub's as of the listener's last message; `busy` is how many of the pool's runners
-    corral last saw running a job. Either may be ahead of the other, and each skew once cost a runner no job
-    would take (8 runners for 6 jobs): a job that ended is still counted assigned and running until its
-    `JobCompleted` comes, while its runner may already be gone from corral's count (`assigned - busy` counted
-    it as waiting); a job that started is still counted assigned and not running until its `JobStarted`
-    comes, while corral may already count its runner busy (`assigned - running` counted it as waiting). A
-    running job is counted once in both, so the larger of the two running counts is the one behind neither.
+    corral last saw running a job, `done_since` how many it saw end one after those statistics were heard.
+    Either view may be ahead of the other, and each skew once cost a runner no job would take (8 runners for
+    6 jobs, then 7): a job that ended is still counted assigned and running until its `JobCompleted` comes,
+    while its runner may already be gone from corral's count (`assigned - busy` counted it as waiting); a job
+    that started is still counted assigned and not running until its `JobStarted` comes, while corral may
+    already count its runner busy (`assigned - running` counted it as waiting); and a short job may start and
+    end between two messages, its runner seen done by corral while the statistics still count it assigned
+    and not running (`assigned - max(running, busy)` counted it as waiting). Each job corral saw running or
+    done since is in `assigned` still, once, so the larger of the two counts is the one behind neither.
     """
     if statistics is None:
         return 0
-    return max(statistics.assigned - max(statistics.running, busy), 0)
+    return max(statistics.assigned - max(statistics.running, busy + done_since), 0)
 
 
 def scale_set_labels(name: str, pool: PoolConfig) -> tuple[str, ...]:
@@ -124,7 +130,7 @@ class ScaleSetListener:
     def __init__(
         self,
         pool: str,
-        config: Callable[[], CorralConfig],
+        running: Running,
         service: ActionsService,
         store: Store,
         owner: str,
@@ -133,7 +139,7 @@ class ScaleSetListener:
         clock: ClockLike = SYSTEM_CLOCK,
     ) -> None:
         self.pool = pool
-        self._config = config
+        self._running = running
         self._service = service
         self._store = store
         self._owner = owner
@@ -168,7 +174,8 @@ class ScaleSetListener:
         return self._scale_set.id if self._scale_set else None
 
     def _settings(self) -> PoolConfig:
-        return self._config().pools[self.pool]
+        """The pool's settings in force now: the listener lives across reloads, and each step reads them anew."""
+        return self._running.config.pools[self.pool]
 
     def _wanted(self) -> tuple[str, str, tuple[str, ...]]:
         pool = self._settings()
@@ -282,8 +289,28 @@ class ScaleSetListener:
         if self._session is not None:
             self._listening()  # started again after an error, on the session it had
             return
+        opening = asyncio.ensure_future(self._new_session(self._scale_set.id))
         try:
-            session = await self._service.create_session(self._scale_set.id, self._owner)
+            session = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # Stopped (the lease went to another replica) while GitHub may be opening the session: its answer
+            # is awaited, so that `close` ends the session. Left open, nobody could name it, and the pool's
+            # next holder would meet a conflict until GitHub expired it, minutes later.
+            with contextlib.suppress(Exception):
+                self._session = await opening
+            raise
+        self._session = session
+        self._last_message_id = 0
+        self._take(session.statistics)
+        self._listening()
+        self._restart_backoff.succeeded()
+        logger.info("pool %s: listening on scale set %d (session %s)", self.pool, session.scale_set_id, session.id)
+
+    async def _new_session(self, scale_set_id: int) -> Session:
+        """A new session on the scale set, recorded in the pool's status row (where a later holder finds it if
+        this replica dies holding it); a conflict with the session the row names is taken over."""
+        try:
+            session = await self._service.create_session(scale_set_id, self._owner)
         except SessionConflict:
             stale = (await self._store.run(pools.statuses)).get(self.pool)
             stale_id = stale.scale_set_session if stale else None
@@ -293,18 +320,19 @@ class ScaleSetListener:
             # replica holds the pool now, so end that session and open ours.
             self._recovered("session_taken_over")
             logger.warning("pool %s: taking over session %s left by an earlier holder", self.pool, stale_id)
-            old = Session(stale_id, self._scale_set.id, "", "", Statistics())
+            old = Session(stale_id, scale_set_id, "", "", Statistics())
             with contextlib.suppress(NotFound):
                 await self._service.delete_session(old)
             await self._store.run(pools.release_session, self.pool, stale_id, now=self._clock.now())
-            session = await self._service.create_session(self._scale_set.id, self._owner)
-        await self._store.run(pools.set_scale_set, self.pool, self._scale_set.id, session.id, now=self._clock.now())
-        self._session = session
-        self._last_message_id = 0
-        self._take(session.statistics)
-        self._listening()
-        self._restart_backoff.succeeded()
-        logger.info("pool %s: listening on scale set %d (session %s)", self.pool, self._scale_set.id, session.id)
+            session = await self._service.create_session(scale_set_id, self._owner)
+        try:
+            await self._store.run(pools.set_scale_set, self.pool, scale_set_id, session.id, now=self._clock.now())
+        except Exception:
+            # Unrecorded, the session would outlive a crash of this replica unnamed: end it, and try again.
+            with contextlib.suppress(GitHubError, OSError):
+                await self._service.delete_session(session)
+            raise
+        return session
 
     async def _listen(self) -> None:
         """Poll, handle and acknowledge messages; returns when the session must be opened anew."""
@@ -399,7 +427,7 @@ class ScaleSetListener:
         self.status = replace(self.status, recoveries=self.status.recoveries + 1)
 
     def _take(self, statistics: Statistics) -> None:
-        self.status = replace(self.status, statistics=statistics)
+        self.status = replace(self.status, statistics=statistics, statistics_at=self._clock.now())
         self._on_statistics(self.pool)
 
     async def close(self) -> None:
@@ -471,7 +499,7 @@ class ScaleSetIntake:
 
     def __init__(
         self,
-        config: Callable[[], CorralConfig],
+        running: Running,
         github: GitHubClient,
         store: Store,
         owner: str,
@@ -479,7 +507,7 @@ class ScaleSetIntake:
         log_once: LogOnce,
         clock: ClockLike = SYSTEM_CLOCK,
     ) -> None:
-        self._config = config
+        self._running = running
         self._github = github
         self._store = store
         self._owner = owner
@@ -492,6 +520,8 @@ class ScaleSetIntake:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._retiring: dict[str, ScaleSetListener] = {}
         """Listeners of pools taken out of scale-set intake, kept to delete their scale set at the end."""
+        self._closing: set[asyncio.Task[None]] = set()
+        """Listeners being stopped: their task ends, then their session (`_stop`)."""
 
     def _service(self, scope: ScopeConfig) -> ActionsService:
         service = self._services.get(scope.key)
@@ -502,7 +532,7 @@ class ScaleSetIntake:
     def ensure(self, held: set[str]) -> None:
         """A listener for every scale-set pool in `held`; those of other pools are stopped. A pool removed
         from the configuration keeps its scale set until its last runner is gone (`forget`)."""
-        config = self._config()
+        config = self._running.config
         wanted = {name for name in held if name in config.pools and config.pools[name].intake == "scale_set"}
         for name in set(self.listeners) - wanted:
             if name not in config.pools or config.pools[name].intake != "scale_set":
@@ -510,7 +540,7 @@ class ScaleSetIntake:
         for name in wanted - set(self.listeners):
             listener = ScaleSetListener(
                 name,
-                self._config,
+                self._running,
                 self._service(config.pools[name].scope),
                 self._store,
                 self._owner,
@@ -524,10 +554,14 @@ class ScaleSetIntake:
             self._stop(name)
 
     def _stop(self, name: str) -> None:
+        """Stop the pool's listener and end its session, in the background (a lease handed over must not wait
+        on GitHub)."""
         listener = self.listeners.pop(name)
-        task = self._tasks.pop(name)
-        task.cancel()
-        asyncio.get_running_loop().create_task(listener.close(), name=f"corral-scaleset-close-{name}")
+        closing = asyncio.get_running_loop().create_task(
+            _stop_and_close(listener, self._tasks.pop(name)), name=f"corral-scaleset-close-{name}"
+        )
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     @property
     def retiring(self) -> set[str]:
@@ -542,6 +576,10 @@ class ScaleSetIntake:
     def statistics(self, name: str) -> Statistics | None:
         listener = self.listeners.get(name)
         return listener.status.statistics if listener else None
+
+    def statistics_at(self, name: str) -> datetime | None:
+        listener = self.listeners.get(name)
+        return listener.status.statistics_at if listener else None
 
     def ended_runners(self, name: str) -> dict[str, Reason]:
         listener = self.listeners.get(name)
@@ -562,11 +600,17 @@ class ScaleSetIntake:
         return await listener.jit_config(runner_name)
 
     async def close(self) -> None:
+        """Stop every listener and end its session, including those being stopped already."""
         for name in list(self.listeners):
-            listener = self.listeners.pop(name)
-            task = self._tasks.pop(name)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await listener.close()
+            await _stop_and_close(self.listeners.pop(name), self._tasks.pop(name))
+        await asyncio.gather(*self._closing, return_exceptions=True)
         for service in self._services.values():
             await service.aclose()
+
+
+async def _stop_and_close(listener: ScaleSetListener, task: asyncio.Task[None]) -> None:
+    """Cancel the listener's task and wait for it to end before ending its session: a session GitHub was
+    opening when the task was cancelled is known only once the task has its answer."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await listener.close()

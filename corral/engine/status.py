@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.cloud.quota import ServerCost
@@ -16,6 +17,7 @@ from corral.engine.quota import MAX_WAITING_S
 from corral.metrics import RUNNERS
 from corral.model import RunnerState
 from corral.store import Store, pools
+from corral.warmth import WarmForecast
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,10 @@ class PoolSnapshot:
     queued_jobs: int = 0
     held_jobs: int = 0
     desired: int = 0
+    min_idle: int | None = None
+    """The warm runners its last pass kept (None: no pass here yet, or a snapshot read from the database)."""
+    warm_forecast: WarmForecast | None = None
+    """`min_idle: {auto: ...}`'s last forecast for it, and its reasons."""
     ready: bool = False
     reason: str | None = None
     removed: bool = False
@@ -56,6 +62,7 @@ class StatusPublisher:
         self._published: dict[str, tuple[int, bool, str | None, bool]] = {}
         self._quota_published: dict[str, tuple[ServerCost | None, int, str | None, float]] = {}
         self._cost_written: dict[str, ServerCost] = {}
+        self._warm_published: dict[str, dict[str, Any] | None] = {}
 
     async def publish(self, snapshot: PoolSnapshot, generation: int) -> None:
         self.snapshots[snapshot.name] = snapshot
@@ -63,6 +70,7 @@ class StatusPublisher:
             if state is not RunnerState.DELETED:
                 RUNNERS.labels(snapshot.name, state.value).set(snapshot.states[state])
         await self._publish_quota(snapshot)
+        await self._publish_warm(snapshot)
         row = (generation, snapshot.ready, snapshot.reason, snapshot.removed)
         if self._published.get(snapshot.name) == row:
             return
@@ -76,6 +84,16 @@ class StatusPublisher:
             now=self._clock.now(),
         )
         self._published[snapshot.name] = row
+
+    async def _publish_warm(self, snapshot: PoolSnapshot) -> None:
+        """An auto pool's warm runners and forecast, for the replicas that show it, when they changed (the
+        forecast's figures change at most every `engine.warmth.REFRESH_S`); nothing for a pool that is not auto."""
+        forecast = snapshot.warm_forecast
+        warm = {"min_idle": snapshot.min_idle, "forecast": asdict(forecast)} if forecast is not None else None
+        if self._warm_published.get(snapshot.name) == warm:
+            return
+        await self._store.run(pools.set_warm, snapshot.name, warm, now=self._clock.now())
+        self._warm_published[snapshot.name] = warm
 
     async def _publish_quota(self, snapshot: PoolSnapshot) -> None:
         """What replicas sharing the project plan with: the pool's server cost and its wait, when either

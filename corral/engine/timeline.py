@@ -127,6 +127,8 @@ def _facts(
         fits, limited_by = servers_that_fit(headroom, cost) if headroom and cost else (None, [])
         quota_short = limited_by if fits == 0 else ()
     github_paused = engine.github.paused_for(pool.scope)
+    forecast = engine.scaler.warmth.latest.get(name) if pool.auto_warm is not None else None
+    auto_warm = f"auto keeps {forecast.wanted} warm: {forecast.reason}" if forecast is not None else None
     return WaitFacts(
         job=job,
         now=now,
@@ -144,4 +146,5 @@ def _facts(
         quota_short=tuple(quota_short),
         older_queued=pool_facts.older_queued,
         server_status={runner_id: server.status for runner_id, server in servers.items() if server is not None},
+        auto_warm=auto_warm,
     )

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from corral.percentiles import nearest_rank
 from corral.simulate.run import Outcome
-from corral.simulate.settings import nearest_rank
 from corral.simulate.world import SimServer
 
 PERCENTILES = (50, 95, 99)
@@ -69,6 +69,8 @@ class PoolReport:
     servers: int
     """Servers created in the window."""
     boot_failures: int
+    waits: tuple[float, ...] = field(default=(), repr=False)
+    """Every served job's wait, sorted (what a goal at any percentile is checked against)."""
 
 
 @dataclass(frozen=True)
@@ -114,15 +116,21 @@ class Report:
                 (name, str(pool.jobs), str(pool.served), *shown, *(f"{h:g}" for h in hours.values()),
                  str(pool.peak_servers))
             )  # fmt: skip
-        widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-        lines = [
-            "  ".join(cell.ljust(width) if index == 0 else cell.rjust(width) for index, (cell, width) in
-                      enumerate(zip(row, widths, strict=True))).rstrip()
-            for row in rows
-        ]  # fmt: skip
+        lines = aligned(rows, left=1)
         unmatched = f"{self.unmatched} unmatched (no pool takes their labels)"
         lines.append(f"{self.jobs} jobs, {unmatched}; {_h(self.measured_s):g} h measured")
         return "\n".join(lines) + "\n"
+
+
+def aligned(rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """A table's lines: columns two spaces apart, the first `left` of them (names) to the left, the figures
+    to the right, so that digits line up; no trailing spaces."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) if index < left else cell.rjust(width)
+                  for index, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+        for row in rows
+    ]  # fmt: skip
 
 
 def report(outcome: Outcome, measure_from: float = 0.0) -> Report:
@@ -143,6 +151,7 @@ def report(outcome: Outcome, measure_from: float = 0.0) -> Report:
             peak_servers=_peak(servers, start, end),
             servers=sum(1 for server in servers if server.created_at >= start),
             boot_failures=sum(1 for server in servers if server.created_at >= start and server.status == "ERROR"),
+            waits=tuple(sorted(waits)),
         )
     return Report(
         jobs=len(jobs),

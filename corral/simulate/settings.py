@@ -8,12 +8,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-
-def nearest_rank(ordered: Sequence[float], percent: float) -> float:
-    """The `percent`th percentile of sorted values, nearest rank: a value that occurred (the p95 of 20 is the
-    19th smallest). What the report states waits by and measured boots are summed up by."""
-    return ordered[max(math.ceil(percent / 100 * len(ordered)), 1) - 1]
-
+from corral.percentiles import nearest_rank
 
 LEAD_S = 600.0
 DRAIN_S = 3600.0

@@ -7,6 +7,7 @@ runs one as a transaction off the event loop, `Store.run_blocking` in the callin
 
 from corral.store import jobs, leases, pools, retention, runners, tokens
 from corral.store.database import (
+    IN_MEMORY,
     BlockingCallOnEventLoop,
     DatabaseUnavailable,
     SchemaNotCurrent,
@@ -17,6 +18,7 @@ from corral.store.intake import Intake
 from corral.store.serve_lock import AnotherCorralServing, ServeLock
 
 __all__ = [
+    "IN_MEMORY",
     "AnotherCorralServing",
     "BlockingCallOnEventLoop",
     "DatabaseUnavailable",

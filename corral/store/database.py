@@ -29,9 +29,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import StaticPool
 
 from corral.clock import SYSTEM_CLOCK, Clock
-from corral.executors import Executors, thread_pool
+from corral.executors import Executors, call_blocking, thread_pool
 from corral.files import create_private
 from corral.metrics import DATABASE_ERRORS
 from corral.outages import DependencyHealth, DependencyUnavailable, describe
@@ -44,6 +45,8 @@ T = TypeVar("T")
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRES_THREADS = 8
+IN_MEMORY = "sqlite://"
+"""A SQLite database in memory, gone with the store: `corral simulate`'s, whose history nobody keeps."""
 MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the advisory lock replicas take to migrate one at a time
 
 
@@ -97,17 +100,40 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def make_engine(url: str) -> Engine:
+IDLE_IN_TRANSACTION_S = 15.0
+"""How long PostgreSQL lets one of corral's sessions sit in a transaction between two statements before it ends
+the session (`idle_in_transaction_session_timeout`): a replica paused or frozen mid-transaction (SIGSTOP, a VM
+migrated, a stalled disk) would otherwise hold its row locks until it wakes, and every other replica's write
+to those rows (a pool it took over, say) would wait with it. corral's transactions never wait between
+statements for more than a moment; `corral serve` sets this to its lease time, past which the paused replica's
+pools are another's anyway. When it wakes, its statement fails on the ended session and runs again on a new
+one, where the lease fence refuses its writes."""
+
+
+def make_engine(url: str, *, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S) -> Engine:
     if is_sqlite(url):
         path = sqlite_file(url)
         if path is not None and path.parent.is_dir():
             # Before SQLite sees it: SQLite creates a missing file with the umask's mode (often 0644),
             # and gives the -wal and -shm files it makes later the mode of the database file.
             create_private(path)
-        engine = create_engine(url, connect_args={"check_same_thread": False})
+        in_memory = path is None and make_url(url).database in (None, "", ":memory:")
+        # An in-memory database lives as long as its connection: every thread shares the one (StaticPool).
+        pool = {"poolclass": StaticPool} if in_memory else {}
+        engine = create_engine(url, connect_args={"check_same_thread": False}, **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_size=POSTGRES_THREADS + 2, max_overflow=10)
+    engine = create_engine(url, pool_size=POSTGRES_THREADS + 2, max_overflow=10)
+    event.listen(engine, "connect", functools.partial(_postgres_session, idle_in_transaction_s=idle_in_transaction_s))
+    return engine
+
+
+def _postgres_session(dbapi_connection: Any, _record: object, *, idle_in_transaction_s: float) -> None:
+    """Session settings for each new PostgreSQL connection (`SET`, not the `options` startup parameter, which
+    PgBouncer refuses by default)."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {round(idle_in_transaction_s * 1000)}")
+    dbapi_connection.commit()
 
 
 def _on_event_loop() -> bool:
@@ -144,10 +170,13 @@ def schema_revision(connection: Connection) -> str | None:
 class Store:
     """An engine, its migrations, and the threads queries run in."""
 
-    def __init__(self, url: str, executors: Executors = thread_pool) -> None:
-        """`executors` makes the executor queries run in: threads, or inline under `corral simulate`."""
+    def __init__(
+        self, url: str, executors: Executors = thread_pool, *, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S
+    ) -> None:
+        """`executors` makes the executor queries run in: threads, or inline under `corral simulate`;
+        `idle_in_transaction_s`: see `IDLE_IN_TRANSACTION_S` (PostgreSQL)."""
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, idle_in_transaction_s=idle_in_transaction_s)
         self.is_sqlite = is_sqlite(url)
         threads = 1 if self.is_sqlite else POSTGRES_THREADS
         self._threads = executors(threads, "corral-db")
@@ -253,8 +282,7 @@ class Store:
 
     async def run(self, query: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `query(connection, ...)` as one transaction in the database's threads."""
-        call = functools.partial(self._transaction, query, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+        return await call_blocking(self._threads, functools.partial(self._transaction, query, *args, **kwargs))
 
     def run_blocking(self, query: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `query` in this thread: for the CLI, tests and benchmarks, never on an event loop."""

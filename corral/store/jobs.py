@@ -396,3 +396,17 @@ def counts(connection: Connection) -> dict[str, int]:
     """Jobs known to corral by status, counted by the database rather than by listing them."""
     query = select(JOBS.c.status, func.count()).group_by(JOBS.c.status)
     return {status: count for status, count in connection.execute(query)}
+
+
+_ARRIVALS_SINCE = (
+    select(JOBS.c.id, JOBS.c.received_at, func.coalesce(JOBS.c.queued_at, JOBS.c.received_at))
+    .where(JOBS.c.received_at >= bindparam("since"), JOBS.c.pool == bindparam("pool"))
+    .order_by(JOBS.c.received_at, JOBS.c.id)
+)
+
+
+def arrivals_since(connection: Connection, pool: str, since: datetime) -> list[tuple[int, datetime, datetime]]:
+    """The pool's jobs corral heard of at or after `since`, in that order: (id, when heard, when GitHub queued
+    it). What `min_idle: {auto: ...}` forecasts the pool's arrivals from."""
+    rows = connection.execute(_ARRIVALS_SINCE, {"pool": pool, "since": since})
+    return [(job_id, received_at, queued_at) for job_id, received_at, queued_at in rows]

@@ -30,6 +30,7 @@ def statuses(connection: Connection) -> dict[str, PoolStatus]:
         POOLS.c.rollouts,
         POOLS.c.cloud_backoffs,
         POOLS.c.quota_waiting_cloud,
+        POOLS.c.warm,
     )
     return {row[0]: PoolStatus(*row) for row in connection.execute(query)}
 
@@ -109,6 +110,11 @@ def set_cloud_backoffs(connection: Connection, name: str, backoffs: dict[str, An
 def set_rollouts(connection: Connection, name: str, rollouts: dict[str, Any], *, now: datetime) -> None:
     """Per placement of the pool: the image its last check resolved to, and its rollout (None: none)."""
     _upsert(connection, name, now=now, rollouts=rollouts)
+
+
+def set_warm(connection: Connection, name: str, warm: dict[str, Any] | None, *, now: datetime) -> None:
+    """An auto pool's warm runners and forecast as its holder's last pass had them (None: not auto)."""
+    _upsert(connection, name, now=now, warm=warm)
 
 
 def release_session(connection: Connection, name: str, session: str, *, now: datetime) -> None:

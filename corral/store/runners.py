@@ -504,3 +504,19 @@ def boot_seconds(connection: Connection, since: datetime) -> dict[str, list[floa
     for pool, created_at, registered_at in connection.execute(query):
         found.setdefault(pool, []).append(max((registered_at - created_at).total_seconds(), 0.0))
     return found
+
+
+_BOOTS_SINCE = (
+    select(RUNNERS.c.id, RUNNERS.c.created_at, RUNNERS.c.registered_at)
+    .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.registered_at >= bindparam("since"))
+    .order_by(RUNNERS.c.registered_at, RUNNERS.c.id)
+)
+
+
+def boots_since(connection: Connection, pool: str, since: datetime) -> list[tuple[str, datetime, float]]:
+    """The pool's runners that came online at or after `since`, in that order: (id, when, seconds from the
+    row's creation to online). What `min_idle: {auto: ...}` takes the pool's boot time from."""
+    return [
+        (runner_id, registered_at, max((registered_at - created_at).total_seconds(), 0.0))
+        for runner_id, created_at, registered_at in connection.execute(_BOOTS_SINCE, {"pool": pool, "since": since})
+    ]

@@ -54,6 +54,8 @@ class Runner(Base):
         # A pass reads its pool's live runners (`runners.live_of_pool`, `room_in_pool`): by pool and state
         # together, so the pool's history of deleted runners (most of its rows) is never scanned.
         Index("ix_runners_pool_state", "pool", "state"),
+        # `min_idle: {auto: ...}` reads the boots of its pool it has not seen yet (`runners.boots_since`).
+        Index("ix_runners_pool_registered", "pool", "registered_at"),
     )
 
     pool: Mapped[str] = mapped_column(String(64))
@@ -219,6 +221,9 @@ class PoolStatus(Base):
     quota_waiting_cloud: Mapped[str | None] = mapped_column(String(64))
     """The cloud whose quota `quota_waiting` waits for (a pool in several waits in its last usable one; None
     for rows older than this: its first)."""
+    warm: Mapped[dict[str, Any] | None]
+    """An auto pool (`min_idle: {auto: ...}`): the warm runners its holder's last pass kept (`min_idle`) and the
+    forecast they came from (`forecast`: `warmth.WarmForecast` fields), for the replicas that show it."""
     updated_at: Mapped[datetime]
 
 

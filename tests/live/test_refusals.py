@@ -197,18 +197,48 @@ def quota_provider(live: LiveCloud) -> Iterator[OpenStackProvider]:
     try:
         yield provider
     finally:
-        made = {server.id for server in provider.list_servers()}
-        for server_id in made:
-            # As the admin: ministack's Neutron refuses the project's own user the delete of a server's port
-            # ("rule:delete_port is disallowed by policy"), which leaves the server in ERROR, holding the quota.
-            live.observer.compute.delete_server(server_id)
-        poll(
-            lambda: not made & {server.id for server in provider.list_servers()},
-            timeout=live.timeout,
-            what="the race's servers gone",
-            interval=0.25,
-        )
+        delete_as_admin(live, provider, {server.id for server in provider.list_servers()})
         provider.close()
+
+
+RACE_ATTEMPTS = 5
+
+
+def race(provider: OpenStackProvider, specs: list[ServerSpec], timeout: float) -> tuple[list[CloudServer], int]:
+    """The specs' creates sent at once; the servers Nova accepted once out of BUILD, and how many it refused."""
+    start = threading.Barrier(len(specs))
+
+    def create(spec: ServerSpec) -> CloudServer | CloudQuotaExceeded:
+        start.wait()
+        try:
+            return provider.create_server(spec)
+        except CloudQuotaExceeded as refused:  # the quota check caught it: no race for this one
+            return refused
+
+    with ThreadPoolExecutor(len(specs)) as threads:
+        answers = list(threads.map(create, specs))
+    accepted = {server.id for server in answers if isinstance(server, CloudServer)}
+
+    def settled() -> list[CloudServer] | None:
+        servers = [server for server in provider.list_servers() if server.id in accepted]
+        return servers if len(servers) == len(accepted) and all(s.status != "BUILD" for s in servers) else None
+
+    servers = poll(settled, timeout=timeout, what="the accepted servers to leave BUILD", interval=0.5)
+    return servers, len(specs) - len(accepted)
+
+
+def delete_as_admin(live: LiveCloud, provider: OpenStackProvider, server_ids: set[str]) -> None:
+    """Delete these servers of the small-quota project and wait until they are gone. As the admin: ministack's
+    Neutron refuses the project's own user the delete of a server's port ("rule:delete_port is disallowed by
+    policy"), which leaves the server in ERROR, holding the quota."""
+    for server_id in server_ids:
+        live.observer.compute.delete_server(server_id)
+    poll(
+        lambda: not server_ids & {server.id for server in provider.list_servers()},
+        timeout=live.timeout,
+        what="the race's servers gone",
+        interval=0.25,
+    )
 
 
 def test_creates_that_race_past_the_quota_end_in_error_servers_corral_reads_as_quota(
@@ -224,29 +254,25 @@ def test_creates_that_race_past_the_quota_end_in_error_servers_corral_reads_as_q
         live.spec(f"race-{index}", installation=quota_provider.installation, networks=(network,)) for index in range(4)
     ]
     quota_provider.check_pool(specs[0])  # names resolved and cached first, so the four creates are only POSTs
-    start = threading.Barrier(len(specs))
-
-    def create(spec: ServerSpec) -> CloudServer | CloudQuotaExceeded:
-        start.wait()
-        try:
-            return quota_provider.create_server(spec)
-        except CloudQuotaExceeded as refused:  # the quota check caught it: no race for this one
-            return refused
-
-    with ThreadPoolExecutor(len(specs)) as threads:
-        answers = list(threads.map(create, specs))
-    accepted = {server.id for server in answers if isinstance(server, CloudServer)}
-
-    def settled() -> list[CloudServer] | None:
-        servers = [server for server in quota_provider.list_servers() if server.id in accepted]
-        return servers if len(servers) == len(accepted) and all(s.status != "BUILD" for s in servers) else None
-
-    servers = poll(settled, timeout=live.timeout, what="the accepted servers to leave BUILD", interval=0.5)
-    active = [server for server in servers if server.status == "ACTIVE"]
-    errors = [server for server in servers if server.status == "ERROR"]
-    assert len(active) + len(errors) == len(accepted) and len(active) <= QUOTA_INSTANCES
+    # Whether a create slips past Nova's first check is the race's to decide, not corral's: when none did (one
+    # run in a few, as ministack's API served the four POSTs one after another), the accepted servers are
+    # deleted and the race run again. What is asserted is how corral reads the servers that did slip past.
+    refused_up_front: list[int] = []
+    errors: list[CloudServer] = []
+    for _ in range(RACE_ATTEMPTS):
+        servers, refused = race(quota_provider, specs, live.timeout)
+        active = [server for server in servers if server.status == "ACTIVE"]
+        errors = [server for server in servers if server.status == "ERROR"]
+        assert len(active) <= QUOTA_INSTANCES
+        # A run again right after a delete may meet Placement still holding the deleted servers' room ("No
+        # valid host was found"): the cloud's capacity, not the race; such a run is run again too.
+        if any(server.fault and server.fault.startswith("Quota exceeded for ") for server in errors):
+            break
+        errors = []
+        refused_up_front.append(refused)
+        delete_as_admin(live, quota_provider, {server.id for server in servers})
     # Nova's rechecks run side by side: each may see the others counted, so more than the surplus can fail.
-    assert errors, f"no create raced past the quota this time ({len(specs) - len(accepted)} refused up front)"
+    assert errors, f"no create raced past the quota in {RACE_ATTEMPTS} runs (refused up front: {refused_up_front})"
     for server in errors:
         assert server.fault is not None and server.fault.startswith("Quota exceeded for "), server.fault
         verdict = judge_runner(

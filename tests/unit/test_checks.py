@@ -14,6 +14,7 @@ from corral.cloud.provider import CloudServer, ServerSpec
 from corral.cloud.quota import Headroom, ServerCost
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
+from tests.minimal_config import running
 
 SPEC = ServerSpec(name="corral-small-1", image="ubuntu", flavor="m1.small")
 REFUSAL = "create server corral-small-{}: HTTP 400: injected fault"
@@ -58,7 +59,7 @@ def test_a_check_begun_before_the_pool_was_parked_does_not_make_it_ready_again()
     cloud = SlowCheckCloud()
     checker = PoolChecker(
         CloudSet({"default": cloud}), ThreadPoolExecutor(1), LogOnce(logging.getLogger("test")), lambda: now[0],
-        lambda: 300.0,
+        running(),  # pool_recheck: 300 s
     )  # fmt: skip
 
     async def main() -> tuple[bool, bool, bool]:
@@ -82,3 +83,29 @@ def test_a_check_begun_before_the_pool_was_parked_does_not_make_it_ready_again()
         return ready_before, parked, checker.readiness("small")[0]
 
     assert asyncio.run(main()) == (True, False, True)
+
+
+def test_the_check_loop_sleeps_until_the_next_check_falls_due_and_a_refusal_wakes_it() -> None:
+    """Looking every second whether a check is due was most of an idle simulated day's work: the loop sleeps
+    until the first check falls due (a minute at most), and a refusal, which asks for a check at once, wakes it."""
+    now = [100.0]
+    cloud = SlowCheckCloud()
+    cloud.answer.set()
+    checker = PoolChecker(
+        CloudSet({"default": cloud}), ThreadPoolExecutor(1), LogOnce(logging.getLogger("test")), lambda: now[0],
+        running(),  # pool_recheck: 300 s
+    )  # fmt: skip
+
+    async def main() -> tuple[list[float], bool]:
+        waits = [checker.wait_s(["small"], 60.0), checker.wait_s([], 60.0)]  # never checked; nothing held
+        await checker.check("small", SPEC)  # at 100 s: the next check at 400 s
+        now[0] = 150.0
+        waits.append(checker.wait_s(["small"], 60.0))
+        now[0] = 380.0
+        waits.append(checker.wait_s(["small"], 60.0))
+        checker.sooner.clear()
+        checker.refused("small", REFUSAL.format(1), sent_at=379.0)
+        waits.append(checker.wait_s(["small"], 60.0))
+        return waits, checker.sooner.is_set()
+
+    assert asyncio.run(main()) == ([0.0, 60.0, 60.0, 20.0, 0.0], True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from corral import secrets
 from corral.config import ConfigError, load_config, parse_config, parse_duration
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH
+from corral.warmth import AutoWarm
 
 PAT = "ghp_" + "Zq7" * 12
 WEBHOOK_SECRET = "a-webhook-secret-long-enough"
@@ -335,6 +337,43 @@ def test_a_schedules_counts_and_windows_are_bounded_too() -> None:
         "new `default`; change that); set it to 31d or less",
         "pools.small.min_idle.schedules.0.min_idle: 10,001 is outside 0 to 10,000 (more than any cloud project "
         "holds); set it within that range",
+    ]
+
+
+def test_auto_warm_takes_its_defaults_and_max_runners_as_its_max() -> None:
+    config = parse_config(with_key("pools.small.min_idle", {"auto": {}}))
+    small = config.pools["small"]
+    assert small.auto_warm == AutoWarm(target_wait_s=30.0, percentile=95.0, minimum=0, maximum=10)
+    assert small.min_idle_at(datetime(2026, 12, 2, 9, tzinfo=UTC)).min_idle == 0  # no schedule: a floor of 0
+
+
+@pytest.mark.parametrize(
+    ("min_idle", "problem"),
+    [
+        ({"auto": {"min": 5, "max": 2}}, "pools.small.min_idle.auto: min (5) is larger than max (2); lower min or "
+         "raise max"),
+        ({"auto": {"max": 40}}, "pools.small: min_idle (40 at its peak) is larger than max_runners (10); lower "
+         "min_idle or raise max_runners"),
+        ({"auto": {"percentile": 0}}, "pools.small.min_idle.auto.percentile: 0 is not above 0.0; set it above 0.0"),
+        ({"auto": {"target_wait": "0s"}}, "pools.small.min_idle.auto.target_wait: must be a positive duration"),
+        ({"auto": {"target": "30s"}}, "pools.small.min_idle.auto.target: unknown key; remove it or check its "
+         "spelling"),
+        ({"timezone": "UTC"}, "pools.small.min_idle: give `schedules` (windows of warm runners, such as [{cron: "
+         "'0 8 * * 1-5', duration: 10h, min_idle: 20}]) or `auto` (such as {auto: {target_wait: 30s}}), or make "
+         "min_idle a number"),
+    ],
+)  # fmt: skip
+def test_a_bad_auto_warm_names_its_key_and_the_fix(min_idle: dict[str, Any], problem: str) -> None:
+    problems = problems_of(with_key("pools.small.min_idle", min_idle))
+    assert len(problems) == 1 and problems[0].startswith(problem)
+
+
+def test_a_scale_set_pool_is_refused_auto_warm_with_the_fix() -> None:
+    raw = with_key("pools.small.min_idle", {"auto": {}})
+    raw["pools"]["small"]["intake"] = "scale_set"
+    assert problems_of(raw) == [
+        "pools.small: min_idle.auto forecasts from the webhook intake's job history, which a scale-set pool does "
+        "not keep; give a number or a schedule, or set `intake: webhook`"
     ]
 
 

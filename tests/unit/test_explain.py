@@ -102,6 +102,14 @@ def test_a_job_whose_runner_boots_waits_for_the_boot_whatever_the_quota_says() -
     )
 
 
+def test_in_an_auto_pool_a_job_booting_its_own_runner_hears_how_many_auto_keeps_warm_and_why() -> None:
+    said = "auto keeps 2 warm: p95 of jobs found a runner within 30s with 2 warm (the last 15 minutes; boots p95 60s)"
+    wait = why(own_runners=[runner(RunnerState.BOOTING)], auto_warm=said)
+    assert wait == Wait(
+        WaitCode.RUNNER_BOOTING, f"waiting for its runner corral-small-1 to boot (booting, started 45 s ago); {said}"
+    )
+
+
 def test_a_job_whose_runner_is_online_waits_for_github_to_hand_it_over() -> None:
     assert why(own_runners=[runner(RunnerState.IDLE)]) == Wait(
         WaitCode.RUNNER_ONLINE, "its runner corral-small-1 is online; GitHub hands it the oldest job it fits"

@@ -18,6 +18,7 @@ import pytest
 from corral.config import CorralConfig
 from corral.engine.creator import Creator
 from corral.engine.judge import RunnerJudge
+from corral.engine.running import Running
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
 from corral.model import Reason, Runner, RunnerState
@@ -69,7 +70,7 @@ def booting_runner() -> Runner:
 def test_a_runner_seen_online_for_the_first_time_ends_its_pools_backoff(verdict: Verdict) -> None:
     learned = Learned()
     judge = RunnerJudge(
-        lambda: cast(CorralConfig, None),
+        Running(cast(CorralConfig, None)),
         cast(Mover, None),
         cast(Supervisor, None),
         cast(Creator, learned),
@@ -77,5 +78,5 @@ def test_a_runner_seen_online_for_the_first_time_ends_its_pools_backoff(verdict:
     )
     runner = booting_runner()
     transition = judge._transition(runner, RunnerAndJob(runner, 7, None), verdict)
-    asyncio.run(judge._learn(transition))
+    asyncio.run(judge._learn(cast(CorralConfig, None), transition))
     assert learned.online == ["small"]

@@ -337,6 +337,33 @@ def test_a_scale_set_without_statistics_keeps_only_its_warm_runners() -> None:
     assert (list(plan.creates), plan.queued_total, plan.unbound_demand) == (warm(1), 0, False)
 
 
+@pytest.mark.parametrize(("ended_s_before_pass", "creates"), [(2.0, 0), (20.0, 1)], ids=["after", "before"])
+def test_a_short_job_seen_done_before_the_statistics_say_it_started_costs_no_runner(
+    ended_s_before_pass: float, creates: int
+) -> None:
+    """Six jobs assigned, none running, as GitHub's statistics said 10 s ago; six runners were started. One
+    took its job and ended since (its registration gone): the statistics count that job assigned and not
+    running until the next message, so it is not a seventh job wanting a runner (seen in CI: 7 runners for
+    6 jobs). Had the runner ended before those statistics, they would have counted its job done already."""
+    ended = dataclasses.replace(
+        runner("f", RunnerState.FINISHED, idle_for=ended_s_before_pass, reason=Reason.DEREGISTERED),
+        registered_at=NOW - timedelta(seconds=30),
+    )
+    booting = [runner(name, BOOTING, idle_for=30.0) for name in "abcde"]
+    statistics = Statistics(assigned=6, running=0)
+    heard = NOW - timedelta(seconds=10)
+    plan = plan_pool(
+        context(
+            [*booting, ended],
+            cfg=config(intake="scale_set", max_runners=10),
+            statistics=statistics,
+            statistics_at=heard,
+        )
+    )
+    assert list(plan.creates) == [Create(None, Reason.DEMAND, SCOPE)] * creates
+    assert plan.queued_total == 5 + creates
+
+
 def scale_set(runners: list[Runner], **fields: Any) -> PoolContext:
     return context(runners, cfg=config(intake="scale_set"), statistics=Statistics(assigned=2, running=1), **fields)
 

@@ -10,6 +10,7 @@ import pytest
 
 from corral.config import CorralConfig, parse_config
 from corral.engine.rollouts import Rollout, Rollouts
+from corral.engine.running import Running
 from corral.metrics import REGISTRY
 from corral.model import Reason, Runner, RunnerState
 
@@ -35,7 +36,7 @@ def config(**rollout: Any) -> CorralConfig:
 
 def rollouts(**rollout: Any) -> Rollouts:
     loaded = config(**rollout)
-    return Rollouts(lambda: loaded)
+    return Rollouts(Running(loaded))
 
 
 def runner(image: str, index: int = 0) -> Runner:

@@ -10,6 +10,7 @@ show as a longer wait.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from corral.simulate.html import SAMPLES, render, timelines
 from corral.simulate.report import Report, report
 from corral.simulate.run import SimulationRefused, simulate
 from corral.simulate.settings import BootTimes, Settings
+from corral.simulate.suggest import Goal, suggest
 from corral.simulate.trace import Trace, TraceJob
 from corral.store import Store
 from corral.store.schema import RUNNERS
@@ -30,12 +32,13 @@ from corral.store.schema import RUNNERS
 SMALL = ("self-hosted", "small")
 
 
-def config(**pools: dict[str, Any]) -> CorralConfig:
+def config(settings: dict[str, Any] | None = None, **pools: dict[str, Any]) -> CorralConfig:
     specs = {
         name: {"scope": {"org": "octo-org"}, "labels": [name], "image": "ubuntu", "flavor": "m1.small", **spec}
         for name, spec in pools.items()
     }
-    return parse_config({"github": {"token": "ghp_" + "x" * 36}, "pools": specs, "default_pool": next(iter(pools))})
+    document = {"github": {"token": "ghp_" + "x" * 36}, "pools": specs, "default_pool": next(iter(pools))}
+    return parse_config({**document, **(settings or {})})
 
 
 def trace(*jobs: tuple[float, float], labels: tuple[str, ...] = SMALL, repo: str = "octo-org/app") -> Trace:
@@ -272,3 +275,153 @@ def test_boot_times_are_taken_per_pool_from_a_stores_recent_runners(
     assert "pool large boots p50 65s, p95 100s (too few runners)" in captured.err
     waits = json.loads(captured.out)["pools"]["small"]["wait_s"]
     assert 30 <= waits["p50"] <= waits["max"] <= 150  # drawn from the measured distribution, not the 60 s default
+
+
+# -- --compare ------------------------------------------------------------------------------------------------
+
+
+def warm_copy(config_file: Path, name: str = "warm.yaml") -> Path:
+    """The same config with one warm runner in `small`, other credentials and another database."""
+    warm = config_file.parent / name
+    warm.write_text(
+        config_file.read_text()
+        .replace("token_file: /nowhere/token", "token: ghp_" + "s" * 36 + "\n  webhook_secret: " + "w" * 32)
+        .replace("flavor: m1.small", "flavor: m1.small\n    min_idle: 1")
+        + "database_url: postgresql+psycopg://corral:hunter2hunter2@127.0.0.1/corral\n"
+    )
+    return warm
+
+
+def test_compare_prints_both_configs_figures_side_by_side_with_each_change(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three jobs of 30 s, 100 s apart: cold, each waits the 60 s boot; with a warm runner, none waits (its
+    replacement boots long before the next job). The warm runner sits idle the rest of the time."""
+    config_file, trace_file = files
+    warm = warm_copy(config_file)
+    arguments = ["--config", str(config_file), "--compare", str(warm), "--trace", str(trace_file)]
+    assert main(["simulate", *arguments]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["pool", "figure", "corral.yaml", "warm.yaml", "change"]
+    # Columns are two spaces apart or more; a figure's name has one; the pool is named on its first line.
+    cells = [re.split(r"\s{2,}", line.strip()) for line in lines[1:11]]
+    rows = {row[0]: row[1:] for row in [cells[0][1:], *cells[1:]]}
+    assert rows["served"] == ["3", "3"]  # a blank change: none
+    assert rows["wait p50"] == ["60s", "0s", "-60s"]
+    assert rows["wait max"] == ["60s", "0s", "-60s"]
+    assert rows["busy h"] == ["0.025", "0.025"]  # the jobs' own 3 x 30 s, on either config
+    assert lines[-2:] == ["what differs (corral.yaml -> warm.yaml):", "  pools.small.min_idle: 0 -> 1"]
+
+
+def test_compare_as_json_holds_both_reports_the_changed_keys_and_the_differences(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file, trace_file = files
+    warm = warm_copy(config_file)
+    arguments = ["--config", str(config_file), "--compare", str(warm), "--trace", str(trace_file), "--format", "json"]
+    assert main(["simulate", *arguments]) == 0
+    out = capsys.readouterr().out
+    printed = json.loads(out)
+    assert (printed["base"]["config"], printed["compare"]["config"]) == ("corral.yaml", "warm.yaml")
+    assert printed["base"]["pools"]["small"]["wait_s"]["p95"] == 60.0
+    assert printed["compare"]["pools"]["small"]["wait_s"]["p95"] == 0.0
+    assert printed["changed"] == [{"key": "pools.small.min_idle", "base": 0, "compare": 1}]
+    difference = printed["difference"]["small"]
+    assert (difference["served"], difference["wait_s"]["p95"], difference["runner_hours"]["busy"]) == (0, -60.0, 0.0)
+    assert difference["runner_hours"]["idle"] > 0  # the warm runner waited for each job
+    # Credentials and the database differ too: the simulation reads neither, and nothing of them is shown.
+    for secret in ("s" * 36, "w" * 32, "hunter2", "database_url", "token"):
+        assert secret not in out
+
+
+def test_compare_writes_a_page_per_config(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    config_file, trace_file = files
+    page = config_file.parent / "report.html"
+    arguments = ["--config", str(config_file), "--compare", str(warm_copy(config_file)), "--trace", str(trace_file)]
+    assert main(["simulate", *arguments, "--html", str(page)]) == 0
+    assert "<h2>small</h2>" in page.read_text()
+    assert "<h2>small</h2>" in page.with_name("report.compare.html").read_text()
+
+
+def test_a_bad_config_to_compare_exits_2_naming_its_file_and_key(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file, trace_file = files
+    other = config_file.with_name("other.yaml")
+    other.write_text(config_file.read_text().replace("flavor: m1.small", "flavor: m1.small\n    min_idle: -2"))
+    arguments = ["--config", str(config_file), "--compare", str(other), "--trace", str(trace_file)]
+    assert main(["simulate", *arguments]) == 2
+    captured = capsys.readouterr()
+    assert f"{other} is not a valid config" in captured.err and "pools.small.min_idle" in captured.err
+    assert captured.out == ""
+
+
+def test_two_configs_of_one_name_are_told_apart_by_their_paths(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file, trace_file = files
+    (config_file.parent / "b").mkdir()
+    other = warm_copy(config_file, "b/corral.yaml")
+    assert main(["simulate", "--config", str(config_file), "--compare", str(other), "--trace", str(trace_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[2:4] == [str(config_file), str(other)]
+
+
+# -- min_idle: {auto: ...} ----------------------------------------------------------------------------------
+
+
+def test_auto_warms_for_a_burst_it_saw_at_the_same_time_yesterday() -> None:
+    """A matrix of 10 jobs at 9:00 two days running, 60 s boots, `target_wait` 30 s. The first day nothing is
+    known: each job waits a cold boot. By the second, auto has the first day's burst in its history and keeps
+    10 runners warm from 8:45: nobody waits."""
+    nine = 9 * 3600.0
+    burst = [(nine, 120.0)] * 10 + [(nine + 86_400.0, 120.0)] * 10
+    jobs = Trace(
+        jobs=tuple(
+            TraceJob(at=at, repo="octo-org/app", labels=SMALL, duration=duration, workflow_name=None, line=index + 1)
+            for index, (at, duration) in enumerate(burst)
+        ),
+        origin=datetime(2026, 12, 1, tzinfo=UTC),  # a Tuesday, then a Wednesday: two weekdays
+    )
+    auto = {"min_idle": {"auto": {"target_wait": "30s", "max": 20}}, "max_runners": 30}
+    # Looks every 5 minutes, not 30 s: the day between the bursts is idle, and its looks were most of the run's
+    # cost. The first of the second day's, at 8:55, has the first day's 9:00 burst in its next 15 minutes.
+    quiet = config({"reconcile_interval": "5m"}, small=auto)
+    assert waits(quiet, jobs, boot=BootTimes(60.0)) == [60.0] * 10 + [0.0] * 10
+
+
+# -- --suggest ----------------------------------------------------------------------------------------------
+
+
+def test_suggest_finds_the_smallest_fixed_min_idle_and_auto_meeting_the_goal() -> None:
+    """A job every 5 minutes, 60 s boots, a goal of p95 <= 30 s from the 6th job on (auto learns the boot time
+    from the first five). Cold, every job waits the boot; one warm runner serves each at once, and so does auto,
+    which keeps one warm once it has measured five boots. Bisection: 0 misses, 5 (the maximum) meets, then 2,
+    then 1: with auto's run, five simulations."""
+    sparse = trace(*((at, 120.0) for at in range(0, 3000, 300)))
+    found = suggest(config(small={"max_runners": 5}), sparse, Settings(boot=BootTimes(60.0)), 1500.0, Goal(wait_s=30.0))
+    fixed, auto = found.fixed["small"], found.auto["small"]
+    assert (fixed.min_idle, fixed.wait_s, fixed.met) == (1, 0.0, True)
+    assert (auto.wait_s, auto.met) == (0.0, True)
+    assert found.simulations == 5
+    assert json.loads(found.as_json())["pools"]["small"]["fixed"]["min_idle"] == 1
+
+
+def test_suggest_says_when_even_max_runners_warm_misses_the_goal() -> None:
+    """Six jobs at once, three runners at most: three wait for the first wave whatever is kept warm."""
+    burst = trace(*((600.0, 100.0) for _ in range(6)))
+    found = suggest(config(small={"max_runners": 3}), burst, Settings(boot=BootTimes(60.0)), 0.0, Goal(30.0))
+    assert (found.fixed["small"].min_idle, found.fixed["small"].met, found.simulations) == (3, False, 3)
+
+
+def test_the_command_suggests_as_a_table_and_refuses_suggest_with_compare(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file, trace_file = files
+    arguments = ["--config", str(config_file), "--trace", str(trace_file), "--suggest", "30s"]
+    assert main(["simulate", *arguments]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["pool", "min_idle", "wait", "p95", "met", "idle", "h", "booting", "h", "busy", "h"]
+    assert lines[1].split()[:4] == ["small", "1", "0s", "yes"]
+    assert lines[-1] == "auto is min_idle: {auto: {target_wait: 30s, percentile: 95}}"
+    assert main(["simulate", *arguments, "--compare", str(config_file)]) == 2
+    assert "leave out --compare and --html" in capsys.readouterr().err

@@ -13,10 +13,11 @@ from typing import Any, TypeVar
 import pytest
 
 from corral.clock import LoopClock
-from corral.config import CorralConfig, parse_config
+from corral.config import CorralConfig, PoolConfig, parse_config
 from corral.engine.backoff import Backoff, LogOnce
 from corral.engine.loops import every, start_loop
 from corral.engine.pauses import PoolPauses
+from corral.engine.running import Running
 from corral.engine.scalesets import ScaleSetListener, SessionState
 from corral.engine.status import PoolSnapshot, StatusPublisher
 from corral.engine.supervisor import ActionKind, Supervisor
@@ -120,17 +121,28 @@ def test_a_backoff_on_the_loop_clock_waits_1_2_4_and_ignores_failures_while_wait
 
 def test_a_listener_whose_pool_is_gone_tries_again_after_1_2_4_and_8s(store: Store) -> None:
     async def main(clock: LoopClock) -> tuple[list[float], SessionState, datetime | None, str | None]:
-        settings = config()
         asked: list[float] = []
 
-        def current() -> CorralConfig:
-            asked.append(clock.monotonic())
-            return settings  # has no pool "gone": every attempt fails before any call to GitHub
+        class AskedPools(dict[str, PoolConfig]):
+            """Notes when the listener looks its pool up: once per attempt."""
 
+            def __getitem__(self, name: str) -> PoolConfig:
+                asked.append(clock.monotonic())
+                return super().__getitem__(name)
+
+        loaded = config()  # has no pool "gone": every attempt fails before any call to GitHub
+        settings = loaded.model_copy(update={"pools": AskedPools(loaded.pools)})
         github = GitHubClient(settings.github)
-        service = ActionsService(github, settings.pools["small"].scope)
+        service = ActionsService(github, loaded.pools["small"].scope)
         listener = ScaleSetListener(
-            "gone", current, service, store, "replica-a", lambda pool: None, LogOnce(logger, clock=clock), clock
+            "gone",
+            Running(settings),
+            service,
+            store,
+            "replica-a",
+            lambda pool: None,
+            LogOnce(logger, clock=clock),
+            clock,
         )
         task = asyncio.get_running_loop().create_task(listener.run())
         await clock.sleep(20)

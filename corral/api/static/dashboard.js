@@ -211,6 +211,7 @@
           { class: "pool-foot" },
           `${pool.queued_jobs} queued · min idle ${pool.min_idle}` +
             (pool.min_idle_next_change ? ` (${pool.min_idle_next} at ${clock(pool.min_idle_next_change)})` : "") +
+            (pool.min_idle_auto ? ` (auto: ${pool.min_idle_auto.reason})` : "") +
             ` · max ${pool.max_runners}`,
           pool.deleting ? ` · ${pool.deleting} deleting` : "",
           pool.held_by ? ` · held by ${pool.held_by}` : "",
