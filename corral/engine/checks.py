@@ -130,14 +130,15 @@ class PoolChecker:
         if check.parked_at is not None and check.parked_at >= began:
             return  # the pool was parked while this check was under way: the check after the park decides
         check.parked_at = None
-        check.due = self._clock() + self._running.config.tuning.pool_recheck
+        recheck_s = self._running.config.tuning.pool_recheck
+        check.due = self._clock() + recheck_s
         if not problems:
             check.image_id = image_id  # a change starts a rollout, which says so (`engine.rollouts`)
         if problems and problems != check.problems:
             logger.warning(
                 "pool %s is not ready, checking it again in %.0fs: %s",
                 pool,
-                self._running.config.tuning.pool_recheck,
+                recheck_s,
                 "; ".join(problems),
             )
         elif not problems and check.problems:
@@ -168,17 +169,18 @@ class PoolChecker:
         if sent_at is not None and sent_at < check.refused_at:
             return 0.0  # one burst with the first: the check decides
         problem = f"the cloud refuses this pool's servers: {message}"
+        recheck_s = self._running.config.tuning.pool_recheck
         if check.problems != [problem]:
             logger.warning(
                 "pool %s is not ready (the same refusal twice), checking it again in %.0fs: %s",
                 pool,
-                self._running.config.tuning.pool_recheck,
+                recheck_s,
                 problem,
             )
         check.problems = [problem]
         check.parked_at = self._clock()
-        check.due = check.parked_at + self._running.config.tuning.pool_recheck
-        return self._running.config.tuning.pool_recheck
+        check.due = check.parked_at + recheck_s
+        return recheck_s
 
     def accepted(self, pool: str) -> None:
         """The cloud accepted a create of the pool: a refusal before it was a passing one."""

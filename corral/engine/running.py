@@ -1,10 +1,10 @@
 """What every part of the engine reads and a reload swaps: the configuration in force, its generation and
 user-data template, and the pools operators drained.
 
-One object, shared by reference and handed to each part that needs it (no closures over it): a part takes
-`running.read()` once when an operation starts (a pass, a check, a create) and decides from that frozen view
-to the end, so a reload (`Reconfigurer.apply`, which swaps config, generation and template in one step with
-no await between them) is seen whole by the next operation and never half-way through one.
+One object, shared by reference and handed to each part that needs it (no closures over it). A reload
+(`Reconfigurer.apply`) swaps config, generation and template in one step with no await between them. A pool's
+pass takes `running.read()` once and decides from that frozen view to the end, so it never sees a reload
+half-way; the other parts read `running.config` for the one value they need at the moment they act.
 """
 
 from __future__ import annotations
