@@ -116,9 +116,14 @@ class Supervisor:
         return len(self._tasks)
 
     async def drain(self) -> None:
-        """Wait for every action under way, including ones they start."""
+        """Wait for every action under way, including ones they start.
+
+        Only waits: a drain given up (a caller's timeout) leaves the actions running. `gather` would cancel
+        them with it, and a create cancelled after its request left would leave a server no one recorded
+        until the next look. Stopping them is `cancel`'s job.
+        """
         while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+            await asyncio.wait(list(self._tasks.values()))
 
     async def cancel(self) -> None:
         tasks = list(self._tasks.values())

@@ -191,6 +191,33 @@ def test_recording_a_failure_that_fails_too_is_counted_twice_and_raises_nothing(
     ]
 
 
+def test_a_drain_given_up_leaves_the_actions_running_to_their_end() -> None:
+    """A test or the demo bounds its settle with a timeout; giving up waiting must not cancel a create whose
+    request has left (the server would be made and never recorded)."""
+    done: list[str] = []
+
+    async def scenario() -> tuple[int, int]:
+        supervisor = Supervisor()
+        release = asyncio.Event()
+
+        async def create() -> None:
+            await release.wait()
+            done.append("create")
+
+        supervisor.start(ActionKind.CREATE, "r1", create())
+        await asyncio.sleep(0)  # the create waits on its event
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0):
+                await supervisor.drain()
+        under_way = supervisor.count
+        release.set()
+        await supervisor.drain()
+        return under_way, supervisor.count
+
+    assert asyncio.run(scenario()) == (1, 0)
+    assert done == ["create"]
+
+
 def test_cancel_stops_every_action_under_way() -> None:
     async def scenario() -> tuple[int, int, bool]:
         supervisor = Supervisor()
