@@ -24,7 +24,7 @@ import openstack.connection
 import pytest
 from openstack import exceptions as os_exceptions
 
-from corral.cloud.openstack import OpenStackProvider, connect
+from corral.cloud.openstack import DEFAULT_TIMEOUT_S, OpenStackProvider, connect
 from corral.cloud.provider import META_INSTALLATION, META_POOL, META_RUNNER, ServerSpec
 from corral.config import CloudConfig
 from corral_sandbox.local import pool_spec
@@ -32,6 +32,10 @@ from corral_sandbox.local import pool_spec
 T = TypeVar("T")
 
 ID_SEGMENT = re.compile(r"/[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
+SETTLE_TIMEOUT_S = 2 * DEFAULT_TIMEOUT_S
+"""A settle is a look (a listing per cloud) and the creates and deletes it starts, each call bounded by the
+provider's own timeout; a bound of one call's timeout (60 s) failed a test on a loaded machine whose
+ministack stalled one call. The polls around it hold the test's deadline."""
 RUN_MARKER = "corral-live-run"
 """Metadata on every server a live run creates outside corral's ownership (the "foreign" ones), so the
 session finalizer can find and delete those too without ever touching servers of other runs."""

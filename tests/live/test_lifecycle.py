@@ -14,7 +14,7 @@ import httpx
 
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
-from tests.live.support import LiveCloud, poll
+from tests.live.support import SETTLE_TIMEOUT_S, LiveCloud, poll
 
 BOOTSTRAP_TIMEOUT_S = 15
 
@@ -36,7 +36,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         started = time.monotonic()
 
         def warm() -> set[str] | None:
-            corral.settle(timeout=120)
+            corral.settle(timeout=SETTLE_TIMEOUT_S)
             active = {s.id for s in live.owned(installation) if s.status == "ACTIVE"}
             return active if len(active) >= 2 else None
 
@@ -44,7 +44,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         assert len(first) <= 3, "never more than max_runners"
 
         def timed_out_and_replaced() -> bool | None:
-            corral.settle(timeout=120)
+            corral.settle(timeout=SETTLE_TIMEOUT_S)
             now = {s.id for s in live.owned(installation)}
             return (bool(now) and not (first & now)) or None
 
@@ -62,7 +62,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         assert corral.reload(document) == []
 
         def nothing_left() -> bool | None:
-            corral.settle(timeout=120)
+            corral.settle(timeout=SETTLE_TIMEOUT_S)
             servers = live.owned(installation)
             registrations = control.get("/stats").json()["github"]["runners"]["registered"]
             return (not servers and registrations == 0) or None
@@ -71,7 +71,7 @@ def test_a_pool_grows_times_out_shrinks_and_goes_away_leaving_nothing(
         del document["pools"]["live"]
         document["pools"]["spare"] = pool_spec(["spare"], image=live.image, flavor=live.flavor, networks=[live.network])
         assert corral.reload(document) == []
-        corral.settle(timeout=120)
+        corral.settle(timeout=SETTLE_TIMEOUT_S)
         assert live.owned(installation) == []
         print(f"engine on the live cloud: warm servers replaced by the bootstrap-timeout path in {live_seconds:.0f}s")
     finally:
