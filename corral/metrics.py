@@ -162,7 +162,7 @@ WARM_WANTED = Gauge(
     "corral_pool_auto_warm",
     "Pools with `min_idle: {auto: ...}`: the warm runners the last forecast wanted (`wanted`), the boot time it "
     "took in seconds (`boot_seconds`), the jobs a minute of the last 15 minutes (`rate_per_minute`), and the "
-    "needs of the recent and the usual sample (`recent_need`, `usual_need`)",
+    "need of the last 15 minutes and the day plan's number (`recent_need`, `usual_need`)",
     ["pool", "figure"],
     registry=REGISTRY,
 )

@@ -55,7 +55,8 @@ class PoolView(BaseModel):
     """...and to what."""
     min_idle_auto: dict[str, Any] | None = None
     """`min_idle: {auto: ...}`'s last forecast: `wanted`, the `boot_s` and `window_s` it took, the
-    `rate_per_minute` of the last 15 minutes, the `recent_need` and `usual_need`, and the `reason` in words."""
+    `rate_per_minute` of the last 15 minutes, the `recent_need` (last 15 minutes) and `usual_need` (the day plan),
+    and the `reason` in words."""
     max_runners: int
     queued_jobs: int
     held_jobs: int

@@ -1,10 +1,11 @@
 """Each auto-warm pool's history, kept in memory and topped up from the store, and its latest forecast.
 
 `corral.warmth.forecast` decides from a pool's job arrivals and boots; this part gathers them. The first
-forecast of a pool reads its last `LOOKBACK_DAYS` of jobs and a week of boots; after that, at most every
-`REFRESH_S`, only what the store gained since (by the time corral heard of each job, and the time each runner
-came online), so a pass costs no query of the pool's history. A replica that takes a pool over, or a restart,
-reads it afresh.
+forecast of a pool reads its last `LOOKBACK_DAYS` of jobs and a week of boots (those timed by a job that waited
+for its runner, exact, and those timed to the pass that saw the runner online, the fallback); after that, at
+most every `REFRESH_S`, only what the store gained since (by the time corral heard of each job, the time each
+runner came online, and the time each job started), so a pass costs no query of the pool's history. A replica
+that takes a pool over, or a restart, reads it afresh.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TypeVar
 
 from corral.metrics import WARM_WANTED
 from corral.store import Store, jobs, runners
-from corral.warmth import AHEAD_S, BOOTS_KEPT, DAY_S, LOOKBACK_DAYS, RECENT_S, AutoWarm, WarmForecast, forecast
+from corral.warmth import BOOTS_KEPT, DAY_S, LOOKBACK_DAYS, MIN_BOOTS, AutoWarm, DayPlans, WarmForecast, forecast
 
 REFRESH_S = 10.0
 """How stale a pool's history may be when a pass forecasts from it: a surge shows within seconds."""
@@ -26,8 +27,9 @@ BOOT_HISTORY = timedelta(days=7)
 """How far back a pool's boots are first read (the most recent `BOOTS_KEPT` are kept)."""
 T = TypeVar("T")
 
-KEPT_S = LOOKBACK_DAYS * DAY_S + max(RECENT_S, AHEAD_S)
-"""Arrivals older than this (before now) no forecast reads: dropped."""
+KEPT_S = (LOOKBACK_DAYS + 1) * DAY_S
+"""Arrivals older than this (before now) no forecast reads: dropped. Today's plan reads the 14 whole days before
+today's midnight."""
 
 
 @dataclass
@@ -58,9 +60,14 @@ class _History:
     arrivals: list[float] = field(default_factory=list)
     """When each job was queued, seconds since the epoch, sorted."""
     boots: deque[float] = field(default_factory=lambda: deque(maxlen=BOOTS_KEPT))
+    """Boots timed to the pass that saw each runner online (late by up to a look interval)."""
+    waited: deque[float] = field(default_factory=lambda: deque(maxlen=BOOTS_KEPT))
+    """Boots timed by the job that waited for each (exact): preferred once there are `MIN_BOOTS`."""
     heard: _Cursor = field(default_factory=_Cursor)
     online: _Cursor = field(default_factory=_Cursor)
+    started: _Cursor = field(default_factory=_Cursor)
     read_at: datetime | None = None
+    plans: DayPlans = field(default_factory=DayPlans)
 
 
 class WarmForecaster:
@@ -76,7 +83,8 @@ class WarmForecaster:
         history = self._histories.setdefault(pool, _History())
         if history.read_at is None or (now - history.read_at).total_seconds() >= REFRESH_S:
             await self._read(pool, history, now)
-        found = forecast(history.arrivals, history.boots, now.timestamp(), auto)
+        boots = history.waited if len(history.waited) >= MIN_BOOTS else history.boots
+        found = forecast(history.arrivals, boots, now.timestamp(), auto, history.plans)
         self.latest[pool] = found
         for figure, value in found.figures().items():
             WARM_WANTED.labels(pool, figure).set(value)
@@ -97,4 +105,6 @@ class WarmForecaster:
         del history.arrivals[: bisect.bisect_left(history.arrivals, oldest.timestamp())]
         online = await self.store.run(runners.boots_since, pool, history.online.at or now - BOOT_HISTORY)
         history.boots.extend(history.online.fresh(online))
+        waited = await self.store.run(runners.waited_boots_since, pool, history.started.at or now - BOOT_HISTORY)
+        history.waited.extend(history.started.fresh(waited))
         history.read_at = now

@@ -12,7 +12,7 @@ from corral.engine.warmth import REFRESH_S, WarmForecaster
 from corral.executors import inline
 from corral.store import IN_MEMORY, Store
 from corral.store.schema import JOBS, RUNNERS
-from corral.warmth import MIN_BOOTS, AutoWarm, forecast
+from corral.warmth import MIN_BOOTS, AutoWarm, forecast, plan_day
 
 WEDNESDAY_9 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC).timestamp()
 DAY = 86_400.0
@@ -34,15 +34,48 @@ def test_boots_within_the_target_wait_need_no_warm_runner() -> None:
     assert "within the target wait" in found.reason
 
 
-def test_a_matrix_of_20_jobs_in_one_second_needs_20_warm_runners() -> None:
+def test_a_matrix_that_has_come_is_one_arrival_to_the_last_15_minutes() -> None:
+    """Its 20 jobs have taken cold boots already; keeping 20 warm for the next quarter hour would spare no job
+    (a matrix comes at a moment nobody knows). A surge of separate jobs still counts, below."""
     matrix = [WEDNESDAY_9 - 60.0] * 20
     found = forecast(matrix, BOOTS_60, WEDNESDAY_9, AUTO)
-    assert (found.wanted, found.recent_need, found.usual_need, found.window_s) == (20, 20, 0, 31.0)
+    assert (found.wanted, found.recent_need, found.usual_need, found.window_s) == (1, 1, 0, 31.0)
     assert found.rate_per_minute == round(20 / 15, 2)
 
 
+def test_yesterdays_matrix_at_this_time_is_warmed_for_today() -> None:
+    """A matrix of 20 at 10:00 yesterday, nothing else: the n-th of its jobs needed n warm runners, and p95 of
+    a day of 20 jobs leaves one to a cold boot. The matrix speaks for 9:30 to 10:45 (a fifth in each quarter
+    hour), and the plan warms 20 from 9:30 to 10:30, then 15: of the fifth of the matrix that 10:30 holds,
+    the jobs that needed 16 to 20 are the one job the day may leave cold."""
+    history = [WEDNESDAY_9 - DAY + 3600.0] * 20
+    plan = plan_day(history, WEDNESDAY_9 - 9 * 3600.0, 31.0, AUTO)
+    assert {slot: plan[slot] for slot in range(36, 44)} == {36: 0, 37: 0, 38: 20, 39: 20, 40: 20, 41: 20, 42: 15, 43: 0}
+    assert sum(plan) == 95
+    found = forecast(history, BOOTS_60, WEDNESDAY_9 + 1800.0, AUTO)
+    assert (found.wanted, found.recent_need, found.usual_need) == (20, 0, 20)
+    assert "the plan for this time of day" in found.reason
+
+
+def test_a_nights_few_jobs_are_left_to_cold_boots_when_the_day_can_afford_them() -> None:
+    """Yesterday, a job every 30 s from 10:00 to 10:40 (80 jobs; each but the first needed 2 warm runners, itself
+    and the one 30 s before) and 4 jobs at night, an hour apart. At p95 the day may leave 4.2 jobs cold: the
+    night's 4 go cold and no runner waits for them all night. At p99 (0.84 cold) 3.2 of the night's jobs
+    (each counted a fifth in the five quarter hours around it) must find a runner: the quarter hours two
+    jobs speak for first (0.4 spared each), then ten of the others (0.2 each)."""
+    day = [WEDNESDAY_9 - DAY + 3600.0 + 30.0 * index for index in range(80)]
+    night = [WEDNESDAY_9 - DAY - 7 * 3600.0 + 3600.0 * index for index in range(4)]
+    history = sorted(day + night)
+    midnight = WEDNESDAY_9 - 9 * 3600.0
+    at_p95 = plan_day(history, midnight, 31.0, AUTO)
+    assert (at_p95[8], at_p95[41], sum(at_p95[:24])) == (0, 2, 0)
+    at_p99 = plan_day(history, midnight, 31.0, AutoWarm(30.0, 99.0, 0, 40))
+    assert (at_p99[8], at_p99[10], at_p99[41], sum(at_p99[:24])) == (1, 1, 2, 13)
+
+
 def test_max_bounds_it_and_the_reason_says_so() -> None:
-    found = forecast([WEDNESDAY_9 - 60.0] * 20, BOOTS_60, WEDNESDAY_9, AutoWarm(30.0, 95.0, 0, 8))
+    surge = [WEDNESDAY_9 - 900.0 + 2.0 * index for index in range(450)]  # a job every 2 s: 16 in 31 s
+    found = forecast(surge, BOOTS_60, WEDNESDAY_9, AutoWarm(30.0, 95.0, 0, 8))
     assert found.wanted == 8 and found.reason.endswith("bounded to 8 by min 0 / max 8")
 
 
@@ -71,7 +104,7 @@ def test_yesterdays_ramp_at_this_time_is_warmed_for_before_it_comes() -> None:
     yesterday = [WEDNESDAY_9 - DAY + 600.0] * 6
     found = forecast(yesterday, BOOTS_60, WEDNESDAY_9, AUTO)
     assert (found.wanted, found.recent_need, found.usual_need) == (6, 0, 6)
-    assert "this time of day on recent days" in found.reason
+    assert "the plan for this time of day" in found.reason
 
 
 def test_a_weekend_says_nothing_of_a_weekday() -> None:
@@ -84,8 +117,9 @@ def test_a_weekend_says_nothing_of_a_weekday() -> None:
 
 
 def test_recent_days_weigh_more_than_older_ones() -> None:
-    """Yesterday 1 job (weight 0.906), 13 days ago a matrix of 3 (weight 0.276 each, 0.827 in all): at p50 the
-    weighted need is yesterday's 1, at p95 the matrix's 3."""
+    """Yesterday 1 job (weight 0.906), 13 days ago a matrix of 3 (weight 0.276 each, 0.827 in all). At p50 the
+    plan may leave half the weighted jobs cold: the old matrix's second and third go cold, yesterday's job
+    finds its runner. At p95 the matrix is warmed for too."""
     history = sorted([WEDNESDAY_9 - 13 * DAY + 60.0] * 3 + [WEDNESDAY_9 - DAY + 60.0])
     assert forecast(history, BOOTS_60, WEDNESDAY_9, AutoWarm(30.0, 50.0, 0, 40)).wanted == 1
     assert forecast(history, BOOTS_60, WEDNESDAY_9, AUTO).wanted == 3
@@ -112,9 +146,9 @@ def add_boots(store: Store, at: datetime, count: int, first: int = 0) -> None:
 
 
 def test_a_pools_history_is_read_once_then_only_what_the_store_gained_every_10_s() -> None:
-    """Counted, not timed: the first forecast reads the jobs and the boots (2 statements); the next ones within
-    `REFRESH_S` read nothing; after it, 2 statements bring only the rows added since, none twice (a job heard
-    at the same instant as the last one read included)."""
+    """Counted, not timed: the first forecast reads the jobs, the boots seen online and the boots timed by a
+    job that waited (3 statements); the next ones within `REFRESH_S` read nothing; after it, 3 statements bring
+    only the rows added since, none twice (a job heard at the same instant as the last one read included)."""
     now = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
     store = Store(IN_MEMORY, executors=inline)
     store.migrate()
@@ -130,10 +164,38 @@ def test_a_pools_history_is_read_once_then_only_what_the_store_gained_every_10_s
         return found.recent_jobs, counter.total
 
     try:
-        assert (forecast_at(0), forecast_at(5)) == ((3, 2), (3, 0))
+        assert (forecast_at(0), forecast_at(5)) == ((3, 3), (3, 0))
         add_jobs(store, now - timedelta(minutes=5), range(3, 4))  # heard at the instant the last read stopped
         add_jobs(store, now + timedelta(seconds=8), range(4, 6))
         add_boots(store, now + timedelta(seconds=8), 1, first=5)
-        assert forecast_at(REFRESH_S) == (6, 2)
+        assert forecast_at(REFRESH_S) == (6, 3)
+    finally:
+        store.close()
+
+
+def test_boots_are_timed_by_the_jobs_that_waited_for_them_once_there_are_enough() -> None:
+    """Five runners booted in 60 s, but the pass that saw them online came 28 s later: timed to that pass, the
+    boot is 88 s. Each ran a job that had waited for it, and started the moment it came online: timed by
+    those jobs, 60 s. Four such jobs are too few (`MIN_BOOTS`), and the pass's timing is used meanwhile."""
+    now = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+    store = Store(IN_MEMORY, executors=inline)
+    store.migrate()
+    created = now - timedelta(minutes=10)
+    rows = [{"id": f"r{index}", "pool": "small", "scope": "org:octo-org", "state": "done", "name": f"corral-{index}",
+             "labels": ["small"], "created_at": created, "state_changed_at": created + timedelta(seconds=88),
+             "registered_at": created + timedelta(seconds=88)} for index in range(5)]  # fmt: skip
+    store.run_blocking(lambda connection: connection.execute(insert(RUNNERS), rows))
+
+    def waited(ids: range) -> None:
+        jobs = [{"id": index, "repository": "octo-org/app", "labels": ["small"], "status": "in_progress",
+                 "pool": "small", "received_at": created, "queued_at": created, "runner_name": f"corral-{index}",
+                 "started_at": created + timedelta(seconds=60)} for index in ids]  # fmt: skip
+        store.run_blocking(lambda connection: connection.execute(insert(JOBS), jobs))
+
+    try:
+        waited(range(4))
+        assert asyncio.run(WarmForecaster(store).forecast("small", AUTO, now)).boot_s == 88.0
+        waited(range(4, 5))
+        assert asyncio.run(WarmForecaster(store).forecast("small", AUTO, now)).boot_s == 60.0
     finally:
         store.close()
