@@ -332,6 +332,10 @@ class Engine:
         except TimeoutError:
             logger.warning("stopping with %d actions still under way", self.supervisor.count)
             await self.supervisor.cancel()
+        try:
+            await self.rollouts.save_all(self.store)
+        except Exception as exc:
+            logger.warning("stopping without saving the rollouts' last counts: %s", exc)
         if self._wakes is not None:
             self._wakes.stop()
         with contextlib.suppress(Exception):

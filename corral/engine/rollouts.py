@@ -156,6 +156,12 @@ class Rollouts:
             self._unsaved.add(pool)  # the next pass writes it again
             raise
 
+    async def save_all(self, store: Store) -> None:
+        """Write every pool's unsaved rollout (shutdown: a create between the last pass and the stop counted a
+        canary that no pass wrote, and a restart would have given the new image one runner too many)."""
+        for pool in sorted(self._unsaved):
+            await self.save(store, pool)
+
     def pinned(self, key: str) -> str | None:
         """The image id in service instead of what `image` names: the old one, while the new one is rolled
         back or still a canary."""

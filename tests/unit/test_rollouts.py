@@ -3,6 +3,7 @@ image is rolled back or put in service, and how a canary's share of new runners 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,8 +12,10 @@ import pytest
 from corral.config import CorralConfig, parse_config
 from corral.engine.rollouts import Rollout, Rollouts
 from corral.engine.running import Running
+from corral.executors import inline
 from corral.metrics import REGISTRY
 from corral.model import Reason, Runner, RunnerState
+from corral.store import IN_MEMORY, Store, pools
 
 NOW = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 
@@ -150,6 +153,27 @@ def test_a_25_percent_canary_gives_the_first_new_runner_the_new_image_then_one_i
     assert given == ["img-b", "img-a", "img-a", "img-a", "img-b", "img-a", "img-a", "img-a"]
     rollout = plan.canary("small")
     assert rollout is not None and (rollout.canaries, rollout.kept, rollout.phase) == (2, 6, "canary")
+
+
+def test_canaries_given_out_after_the_last_pass_are_saved_at_shutdown_and_carried_on() -> None:
+    """A create beside the passes counts a canary; the stop writes it, so the corral that starts next gives
+    the new image its share and not one runner more."""
+    store = Store(IN_MEMORY, executors=inline)
+    store.migrate()
+    try:
+        plan = rollouts(canary="25%", canary_jobs=5)
+        plan.image("small", "img-a")
+        plan.image("small", "img-b")
+        asyncio.run(plan.save(store, "small"))  # the last pass's write: no canary given out yet
+        assert plan.image_for_new_runner("small") == "img-b"
+        asyncio.run(plan.save_all(store))
+        restarted = rollouts(canary="25%", canary_jobs=5)
+        restarted.restore(store.run_blocking(pools.statuses), lambda _: True)
+        carried = restarted.canary("small")
+        assert carried is not None and (carried.canaries, carried.kept) == (1, 0)
+        assert restarted.image_for_new_runner("small") == "img-a"
+    finally:
+        store.close()
 
 
 def test_a_canary_is_promoted_once_its_jobs_succeeded_and_then_rolls_out_to_every_runner() -> None:

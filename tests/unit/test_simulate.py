@@ -371,8 +371,9 @@ def test_two_configs_of_one_name_are_told_apart_by_their_paths(
 
 def test_auto_warms_for_a_burst_it_saw_at_the_same_time_yesterday() -> None:
     """A matrix of 10 jobs at 9:00 two days running, 60 s boots, `target_wait` 30 s. The first day nothing is
-    known: each job waits a cold boot. By the second, auto has the first day's burst in its history and keeps
-    10 runners warm from 8:45: nobody waits."""
+    known: each job waits a cold boot. By the second, auto has the first day's burst in its history: its plan
+    keeps 10 runners warm from 8:30 (the burst speaks for the half hour either side of its quarter hour), and
+    nobody waits."""
     nine = 9 * 3600.0
     burst = [(nine, 120.0)] * 10 + [(nine + 86_400.0, 120.0)] * 10
     jobs = Trace(
@@ -384,7 +385,7 @@ def test_auto_warms_for_a_burst_it_saw_at_the_same_time_yesterday() -> None:
     )
     auto = {"min_idle": {"auto": {"target_wait": "30s", "max": 20}}, "max_runners": 30}
     # Looks every 5 minutes, not 30 s: the day between the bursts is idle, and its looks were most of the run's
-    # cost. The first of the second day's, at 8:55, has the first day's 9:00 burst in its next 15 minutes.
+    # cost. A look every 5 minutes still warms the 10 well before 9:00.
     quiet = config({"reconcile_interval": "5m"}, small=auto)
     assert waits(quiet, jobs, boot=BootTimes(60.0)) == [60.0] * 10 + [0.0] * 10
 
