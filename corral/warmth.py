@@ -170,9 +170,10 @@ def plan_day(arrivals: Sequence[float], day_start: float, window: float, auto: A
     A quarter hour's jobs are those of the `SPREAD_SLOTS` quarter hours either side too, each counted a share:
     a matrix that came at 10:05 yesterday says as much of 9:45 as of 10:15 today. With k warm runners, the
     jobs that needed more than k are left to cold boots; from 0 runners up, the steps of that curve's lower
-    convex hull say how many jobs each added runner spares (20 runners spare a matrix of 20, one of them
-    spares none of it), and the plan takes the steps that spare the most jobs per runner first, each quarter
-    hour's in order, until the day is within its allowance.
+    convex hull say how many jobs each added runner spares (a hull, because that curve need not bend one way:
+    a quarter hour whose third runner spares little may see its fourth to tenth spare a matrix), and the plan
+    takes the steps that spare the most jobs per runner first, each quarter hour's in order, until the day is
+    within its allowance.
     """
     if not arrivals:
         return (0,) * SLOTS
