@@ -223,7 +223,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _measured_boots(url: str, history: str, pools: list[str]) -> tuple[BootTimes, dict[str, BootTimes]] | None:
     """The boot times a store's recent runners took: per pool with at least `MIN_BOOTS` of them, and over all
-    pools for the others (`DEFAULT_BOOT` when even those are too few). Says on stderr what it took."""
+    pools for the others (`DEFAULT_BOOT` when even those are too few); a pool's boots are timed by the jobs that
+    waited for their runner when it has `MIN_BOOTS` of those. Says on stderr what it took."""
     try:
         window = _duration(history, "--history")
     except ValueError as exc:
@@ -232,16 +233,25 @@ def _measured_boots(url: str, history: str, pools: list[str]) -> tuple[BootTimes
     store = open_store_at(url, "simulate", migrate=False)
     if store is None:
         return None
+    since = datetime.now(UTC) - timedelta(seconds=window)
     try:
-        boots = store.run_blocking(runners.boot_seconds, datetime.now(UTC) - timedelta(seconds=window))
+        seen = store.run_blocking(runners.boot_seconds, since)
+        waited = store.run_blocking(runners.waited_boot_seconds, since)
     finally:
         store.close()
+    # A boot timed by the job that waited for it is exact; one timed to the pass that saw the runner online is
+    # up to a look interval late. A pool's exact ones are taken when there are enough of them.
+    exact = {pool for pool, samples in waited.items() if len(samples) >= MIN_BOOTS}
+    boots = {**seen, **{pool: waited[pool] for pool in exact}}
     every = [seconds for samples in boots.values() for seconds in samples]
     overall = BootTimes.of(every) if len(every) >= MIN_BOOTS else BootTimes(parse_duration(DEFAULT_BOOT))
     by_pool = {pool: BootTimes.of(boots[pool]) for pool in pools if len(boots.get(pool, ())) >= MIN_BOOTS}
     for pool in pools:
         boot = by_pool.get(pool, overall)
-        source = f"{len(boots.get(pool, ()))} runners of the last {history}" if pool in by_pool else "too few runners"
+        timed_by = "jobs that waited for their runner" if pool in exact else "runners"
+        source = (
+            f"{len(boots.get(pool, ()))} {timed_by} of the last {history}" if pool in by_pool else "too few runners"
+        )
         print(f"corral simulate: pool {pool} boots p50 {boot.p50:g}s, p95 {boot.p95 or boot.p50:g}s ({source})",
               file=sys.stderr)  # fmt: skip
     return overall, by_pool

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -513,19 +513,21 @@ _BOOTS_SINCE = (
 )
 
 
-_WAITED_BOOTS_SINCE = (
-    select(JOBS.c.id, JOBS.c.started_at, JOBS.c.queued_at, RUNNERS.c.created_at)
+_WAITED_BOOTS = (
+    select(JOBS.c.pool, JOBS.c.id, JOBS.c.started_at, JOBS.c.queued_at, RUNNERS.c.created_at)
     .join(RUNNERS, RUNNERS.c.name == JOBS.c.runner_name)
-    .where(
-        JOBS.c.pool == bindparam("pool"),
-        JOBS.c.started_at >= bindparam("since"),
-        JOBS.c.queued_at.is_not(None),
-        RUNNERS.c.pool == JOBS.c.pool,
-    )
+    .where(JOBS.c.started_at >= bindparam("since"), JOBS.c.queued_at.is_not(None), RUNNERS.c.pool == JOBS.c.pool)
     .order_by(JOBS.c.started_at, JOBS.c.id)
 )
 WAITED_S = 1.0
 """A job that started this long after it was queued waited for its runner to come online."""
+
+
+def _waited_boots(rows: Iterable[Any]) -> Iterator[tuple[str, int, datetime, float]]:
+    """(pool, job id, when it started, boot seconds) of the rows whose job waited for its runner."""
+    for pool, job_id, started_at, queued_at, created_at in rows:
+        if (started_at - queued_at).total_seconds() >= WAITED_S and started_at > created_at:
+            yield pool, job_id, started_at, (started_at - created_at).total_seconds()
 
 
 def waited_boots_since(connection: Connection, pool: str, since: datetime) -> list[tuple[int, datetime, float]]:
@@ -537,12 +539,17 @@ def waited_boots_since(connection: Connection, pool: str, since: datetime) -> li
     saw the runner online, which is up to a look interval (30 s by default) later: taken at p95, that lag
     made a 60 s boot count as 88 s and `min_idle: {auto: ...}` keep a plan for jobs 59 s apart instead of 31.
     """
-    rows = connection.execute(_WAITED_BOOTS_SINCE, {"pool": pool, "since": since})
-    return [
-        (job_id, started_at, (started_at - created_at).total_seconds())
-        for job_id, started_at, queued_at, created_at in rows
-        if (started_at - queued_at).total_seconds() >= WAITED_S and started_at > created_at
-    ]
+    rows = connection.execute(_WAITED_BOOTS.where(JOBS.c.pool == pool), {"since": since})
+    return [(job_id, started_at, seconds) for _, job_id, started_at, seconds in _waited_boots(rows)]
+
+
+def waited_boot_seconds(connection: Connection, since: datetime) -> dict[str, list[float]]:
+    """Per pool, the boots timed by the jobs that waited for them (`waited_boots_since`), of jobs started since
+    `since`: what `corral simulate --database-url` prefers to replay."""
+    found: dict[str, list[float]] = {}
+    for pool, _, _, seconds in _waited_boots(connection.execute(_WAITED_BOOTS, {"since": since})):
+        found.setdefault(pool, []).append(seconds)
+    return found
 
 
 def boots_since(connection: Connection, pool: str, since: datetime) -> list[tuple[str, datetime, float]]:

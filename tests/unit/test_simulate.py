@@ -27,7 +27,7 @@ from corral.simulate.settings import BootTimes, Settings
 from corral.simulate.suggest import Goal, suggest
 from corral.simulate.trace import Trace, TraceJob
 from corral.store import Store
-from corral.store.schema import RUNNERS
+from corral.store.schema import JOBS, RUNNERS
 
 SMALL = ("self-hosted", "small")
 
@@ -275,6 +275,37 @@ def test_boot_times_are_taken_per_pool_from_a_stores_recent_runners(
     assert "pool large boots p50 65s, p95 100s (too few runners)" in captured.err
     waits = json.loads(captured.out)["pools"]["small"]["wait_s"]
     assert 30 <= waits["p50"] <= waits["max"] <= 150  # drawn from the measured distribution, not the 60 s default
+
+
+def test_boot_times_are_taken_from_the_jobs_that_waited_for_their_runner_when_there_are_ten(
+    files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """12 runners of `small` booted in 60 s, but the pass that saw each online came 28 s later. Ten of them ran a
+    job that had waited for them and started the moment they came online: the replay takes those ten's 60 s,
+    not the passes' 88 s."""
+    config_file, trace_file = files
+    url = f"sqlite:///{config_file.parent / 'history.db'}"
+    store = Store(url)
+    store.migrate()
+    now = datetime.now(UTC) - timedelta(hours=1)
+    rows = [
+        {"id": f"r{index}", "pool": "small", "scope": "org:octo-org", "state": "deleted", "name": f"corral-{index}",
+         "labels": ["small"], "created_at": now, "state_changed_at": now, "registered_at": now + timedelta(seconds=88)}
+        for index in range(12)
+    ]  # fmt: skip
+    jobs = [
+        {"id": index, "repository": "octo-org/app", "labels": ["small"], "status": "completed", "pool": "small",
+         "received_at": now, "queued_at": now, "runner_name": f"corral-{index}",
+         "started_at": now + timedelta(seconds=60)}
+        for index in range(10)
+    ]  # fmt: skip
+    store.run_blocking(lambda connection: connection.execute(insert(RUNNERS), rows))
+    store.run_blocking(lambda connection: connection.execute(insert(JOBS), jobs))
+    store.close()
+    arguments = ["--config", str(config_file), "--trace", str(trace_file), "--database-url", url, "--format", "json"]
+    assert main(["simulate", *arguments]) == 0
+    err = capsys.readouterr().err
+    assert "pool small boots p50 60s, p95 60s (10 jobs that waited for their runner of the last 7d)" in err
 
 
 # -- --compare ------------------------------------------------------------------------------------------------
