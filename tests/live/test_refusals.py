@@ -265,16 +265,17 @@ def test_creates_that_race_past_the_quota_end_in_error_servers_corral_reads_as_q
         errors = [server for server in servers if server.status == "ERROR"]
         assert len(active) <= QUOTA_INSTANCES
         # A run again right after a delete may meet Placement still holding the deleted servers' room ("No
-        # valid host was found"): the cloud's capacity, not the race; such a run is run again too.
-        if any(server.fault and server.fault.startswith("Quota exceeded for ") for server in errors):
+        # valid host was found"): the cloud's capacity, not the race. A run with no quota fault is run again;
+        # in a run with one, a server beside it may still fail on capacity (CI saw both in one run), and only
+        # the quota-faulted ones are what this test asserts on.
+        errors = [server for server in errors if server.fault and server.fault.startswith("Quota exceeded for ")]
+        if errors:
             break
-        errors = []
         refused_up_front.append(refused)
         delete_as_admin(live, quota_provider, {server.id for server in servers})
     # Nova's rechecks run side by side: each may see the others counted, so more than the surplus can fail.
     assert errors, f"no create raced past the quota in {RACE_ATTEMPTS} runs (refused up front: {refused_up_front})"
     for server in errors:
-        assert server.fault is not None and server.fault.startswith("Quota exceeded for "), server.fault
         verdict = judge_runner(
             RunnerFacts(
                 state=RunnerState.BOOTING,
