@@ -103,8 +103,11 @@ class WarmForecaster:
         for queued_at in history.heard.fresh(heard):
             bisect.insort(history.arrivals, queued_at.timestamp())
         del history.arrivals[: bisect.bisect_left(history.arrivals, oldest.timestamp())]
-        online = await self.store.run(runners.boots_since, pool, history.online.at or now - BOOT_HISTORY)
-        history.boots.extend(history.online.fresh(online))
         waited = await self.store.run(runners.waited_boots_since, pool, history.started.at or now - BOOT_HISTORY)
         history.waited.extend(history.started.fresh(waited))
+        # The exact boots never fall below `MIN_BOOTS` once there (they are only ever added to): from then on
+        # the pass-timed ones are never used, and not read.
+        if len(history.waited) < MIN_BOOTS:
+            online = await self.store.run(runners.boots_since, pool, history.online.at or now - BOOT_HISTORY)
+            history.boots.extend(history.online.fresh(online))
         history.read_at = now

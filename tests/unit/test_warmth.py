@@ -176,7 +176,8 @@ def test_a_pools_history_is_read_once_then_only_what_the_store_gained_every_10_s
 def test_boots_are_timed_by_the_jobs_that_waited_for_them_once_there_are_enough() -> None:
     """Five runners booted in 60 s, but the pass that saw them online came 28 s later: timed to that pass, the
     boot is 88 s. Each ran a job that had waited for it, and started the moment it came online: timed by
-    those jobs, 60 s. Four such jobs are too few (`MIN_BOOTS`), and the pass's timing is used meanwhile."""
+    those jobs, 60 s. Four such jobs are too few (`MIN_BOOTS`), and the pass's timing is used meanwhile. Once
+    there are five, the pass-timed boots are no longer read: a refresh costs 2 statements, not 3."""
     now = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
     store = Store(IN_MEMORY, executors=inline)
     store.migrate()
@@ -196,6 +197,11 @@ def test_boots_are_timed_by_the_jobs_that_waited_for_them_once_there_are_enough(
         waited(range(4))
         assert asyncio.run(WarmForecaster(store).forecast("small", AUTO, now)).boot_s == 88.0
         waited(range(4, 5))
-        assert asyncio.run(WarmForecaster(store).forecast("small", AUTO, now)).boot_s == 60.0
+        forecaster = WarmForecaster(store)
+        assert asyncio.run(forecaster.forecast("small", AUTO, now)).boot_s == 60.0
+        counter = StatementCounter(store.engine)
+        with counter.counting():
+            later = asyncio.run(forecaster.forecast("small", AUTO, now + timedelta(seconds=REFRESH_S)))
+        assert (later.boot_s, counter.total) == (60.0, 2)
     finally:
         store.close()
