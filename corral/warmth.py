@@ -1,20 +1,20 @@
 """How many warm runners a pool with `min_idle: {auto: ...}` keeps: a pure function of its history and the time.
 
-The model, in one paragraph. A job waits no longer than `target_wait` if it finds a warm runner, or if a
-runner started when an earlier job took a warm one comes online within `target_wait` of it. Such a
-replacement is online a boot time (`b`, the pool's recent boots at the chosen percentile) and a moment
-(`REACTION_S`: the webhook, the pass) after the job that took the warm runner; so a job finds a runner in time
-when, counting itself, no more jobs than there are warm runners were queued in the `W = b + 1 s - target_wait`
-seconds before it (of a matrix queued in one second, the n-th job counts n). Each job of the history thus
-says how many warm runners it needed. From the same kind of day (weekday or weekend, by UTC date) over the last
-14 days, a day's weight halving every 7 days, corral makes a **plan for the day**: for each quarter hour, the
-k-th warm runner is worth the jobs of that quarter hour that needed k or more; it keeps the most valuable
-quarter-hour runners until the jobs left to cold boots are no more than the percentile allows over the whole
-day. So one warm runner at night, which spares few jobs, goes before the fifth at 10:00, which spares many,
-and a matrix that comes at a different time each day is left to cold boots if the day can afford it. The
-plan is made once a quarter hour and is kept for the quarter hours from now until one boot from now (the 9:00
-ramp is warmed for at 8:59). Beside it, the **last 15 minutes** count, with a matrix as one arrival: a surge of
-separate jobs is answered within minutes. The pool keeps the larger of the two, then `min` and `max` bound it.
+The model, in one paragraph. A job waits no longer than `target_wait` if it finds a warm runner, or if a runner
+started when an earlier job took a warm one comes online within `target_wait` of it. Such a replacement is online
+a boot time (`b`, the pool's recent boots at the chosen percentile) and a moment (`REACTION_S`: the webhook, the
+pass) after the job that took the warm runner; so a job finds a runner in time when, counting itself, no more
+jobs than there are warm runners were queued in the `W = b + 1 s - target_wait` seconds before it (of a matrix
+queued in one second, the n-th job counts n). Each job of the history thus says how many warm runners it needed.
+From the same kind of day (weekday or weekend, by UTC date) over the last 14 days, a day's weight halving every 7
+days, corral makes a **plan for the day**: in each quarter hour, k warm runners leave the jobs that needed more
+than k to cold boots; the plan adds the runners that spare the most jobs per runner first, across the whole day,
+until the jobs left to cold boots are no more than the percentile allows over the whole day. So one warm runner
+at night, which spares few jobs, is left out before the fifth at 10:00, which spares many, and a matrix that
+comes at a different time each day is left to cold boots if the day can afford it. The plan is made once a
+quarter hour and is kept for the quarter hours from now until one boot from now (the 9:00 ramp is warmed for at
+8:59). Beside it, the **last 15 minutes** count, with a matrix as one arrival: a surge of separate jobs is
+answered within minutes. The pool keeps the larger of the two, then `min` and `max` bound it.
 
 What it cannot foresee: a burst with no precedent at this time of day (the first one is served by cold boots),
 a shift in the daily shape until a week or two of history carries it, and boots slower than the recent ones.
@@ -254,7 +254,7 @@ def _recent_need(arrivals: Sequence[float], now: float, window: float, percentil
     """The percentile of the needs of the last 15 minutes' jobs, the jobs of one second counted as one: a
     matrix is served by cold boots once it has come, and keeping its size warm after it spares no job."""
     seconds = sorted({math.floor(at) for at in arrivals[bisect.bisect_left(arrivals, now - RECENT_S - window) :]})
-    needs = sorted(need for at, need in _needs(seconds, now - RECENT_S, math.nextafter(now, math.inf), window))
+    needs = sorted(need for _, need in _needs(seconds, now - RECENT_S, math.nextafter(now, math.inf), window))
     return int(nearest_rank(needs, percentile)) if needs else 0
 
 
