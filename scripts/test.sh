@@ -30,10 +30,10 @@ if [ "${1:-}" = "--unit" ]; then
   exit "$status"
 fi
 # Six workers on two cores: most tests wait on the sandbox's timers, not the CPU. tests/conftest.py's scheduler
-# runs the long tests in two lanes (the chaos runs one after another on one worker, the other long tests on a
-# second) while the rest share the others: xdist's own `load` scheduling sent every long test to one worker
-# (634 s). Measured on 2026-12-05, this script: 403 s (1,390 tests in 393 s, about 790 CPU-s: the two cores are
-# the limit: the chaos lane, about 350 s, ends with the rest); with `--no-cov`, 332 s.
+# runs the long tests in three lanes (the chaos runs two at a time on two workers, the other long tests on a
+# third) while the rest share the others: xdist's own `load` scheduling sent every long test to one worker
+# (634 s), and one chaos lane (294 s, the four runs one after another) was the run's whole length. Measured on
+# 2026-12-05, this script: 321 s (1,400 tests in 314 s, about 590 CPU-s: the two cores are now the limit).
 # --durations: the slowest tests, so a run creeping towards CI's time limit says where the time went.
 .venv/bin/python -m pytest -n 6 --durations=15 --cov --cov-report=term:skip-covered --cov-report=html \
   --cov-fail-under="$COVERAGE_FLOOR" "$@"

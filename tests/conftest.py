@@ -50,13 +50,15 @@ def _is_e2e(item: pytest.Item) -> bool:
     return isinstance(code, CodeType) and not E2E_NAMES.isdisjoint(_names(code))
 
 
-ONE_AT_A_TIME = ("tests/test_chaos.py::", "tests/test_replicas_chaos.py::")
-"""Modules whose `long` tests are the chaos bench: each keeps both cores busy against its own deadlines, so
-under `-n` they run one after another on one worker (`TwoLanes`), never two at once."""
+CHAOS = ("tests/test_chaos.py::", "tests/test_replicas_chaos.py::")
+"""Modules whose `long` tests are the chaos bench: processes against their own deadlines, mostly waiting (a
+run of the one-replica test takes about 15 CPU-s over 50 s, the three-replica kill run 35 over 80), so under
+`-n` two lanes run them (`ChaosLanes`), never more than two at once."""
+CHAOS_LANES = 2
 
 
-def _one_at_a_time(nodeid: str) -> bool:
-    return nodeid.startswith(ONE_AT_A_TIME)
+def _chaos(nodeid: str) -> bool:
+    return nodeid.startswith(CHAOS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -66,13 +68,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _is_e2e(item):
             item.add_marker(pytest.mark.e2e)
     # The long runs first (the chaos bench's first of all): under `-n` they then overlap everything else
-    # instead of ending the run alone (`TwoLanes` runs them on two workers). Of the others, those that mostly
-    # wait on real time (`waits`) lead the front lane: they take minutes but little CPU, so they overlap the
-    # rest from the start instead of ending the run (measured: the fidelity test, 143 s, last of its lane).
+    # instead of ending the run alone (`ChaosLanes` gives the chaos runs two workers and the other long ones a
+    # third). Of the others, those that mostly wait on real time (`waits`) lead the front lane: they take
+    # minutes but little CPU, so they overlap the rest from the start instead of ending the run (measured: the
+    # fidelity test, 143 s, last of its lane).
     items.sort(
         key=lambda item: (
             item.get_closest_marker("long") is None,
-            not _one_at_a_time(item.nodeid),
+            not _chaos(item.nodeid),
             item.get_closest_marker("waits") is None,
         )
     )
@@ -80,26 +83,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under `-n`, `TwoLanes` instead of xdist's `load`, which sent a quarter of each worker's share at once:
+    """Under `-n`, `ChaosLanes` instead of xdist's `load`, which sent a quarter of each worker's share at once:
     every `long` test to the first worker, one after another (measured: 634 s of 1,355 tests at -n 6). Another
     `--dist` asked for on the command line is xdist's own."""
     if config.getoption("dist") != "load":
         return None
     from xdist.scheduler import LoadScheduling  # xdist is there whenever this hook is called
 
-    class TwoLanes(LoadScheduling):  # type: ignore[misc]  # xdist ships no type information
-        """The chaos runs go to the first worker up, one after another; the second takes tests from the front
-        of the rest, where the long ones are, one at a time; every other worker takes from the back. So two
-        heavy tests at most run at once (starting them all together starved the machine: timing tests failed
-        beside CI's live suite), and none ends the run alone. Each worker holds two tests: the one it runs and
-        the next (a worker starts a test only once it knows the one after)."""
+    class ChaosLanes(LoadScheduling):  # type: ignore[misc]  # xdist ships no type information
+        """The chaos runs go to the first two workers up, dealt in turn, each worker's one after another; the
+        third takes tests from the front of the rest, where the other long ones are, one at a time; every other
+        worker (and a chaos lane once its runs are done) takes from the back. So at most two chaos runs and one
+        other long test run at once (starting them all together starved the machine: timing tests failed
+        beside CI's live suite), and none ends the run alone (one chaos lane took 294 s, the run's whole
+        length). Each worker holds two tests: the one it runs and the next (a worker starts a test only once it
+        knows the one after)."""
 
         collection: list[str] | None
 
         def __init__(self, config: pytest.Config, log: Any) -> None:
             super().__init__(config, log)
             self._lanes: list[Any] = []
-            """Workers in the order they came up: the chaos lane, the front lane, then the others."""
+            """Workers in the order they came up: the chaos lanes, the front lane, then the others."""
 
         def schedule(self) -> None:
             if self.collection is None:
@@ -108,11 +113,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                     return
                 self.collection = next(iter(self.node2collection.values()))
                 self.pending[:] = range(len(self.collection))
+            chaos = [i for i in self.pending if _chaos(self.collection[i])]
             for node in self.nodes:  # workers come up one by one: this is called again as each does
                 if node not in self._lanes:
                     self._lanes.append(node)
-                    if len(self._lanes) == 1:
-                        self._take(node, [i for i in self.pending if _one_at_a_time(self.collection[i])])
+                    lane = len(self._lanes) - 1
+                    if lane < CHAOS_LANES:
+                        self._take(node, chaos[lane::CHAOS_LANES] if lane + 1 < CHAOS_LANES else chaos)
+                        chaos = [i for i in self.pending if _chaos(self.collection[i])]
                 self.check_schedule(node)
 
         def check_schedule(self, node: Any, duration: float = 0) -> None:
@@ -124,7 +132,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             wanted = 2 - len(self.node2pending[node])
             if wanted <= 0:
                 return
-            if len(self._lanes) > 1 and node is self._lanes[1]:
+            if len(self._lanes) > CHAOS_LANES and node is self._lanes[CHAOS_LANES]:
                 chunk = self.pending[:wanted]
             else:
                 chunk = self.pending[-wanted:][::-1]
@@ -138,7 +146,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             self.node2pending[node].extend(chunk)
             node.send_runtest_some(chunk)
 
-    return TwoLanes(config, log)
+    return ChaosLanes(config, log)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
