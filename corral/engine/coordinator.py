@@ -302,7 +302,6 @@ class Engine:
             self._wakes.start()
         housekeeper, renew_every_s = self.housekeeper, self.leases.renew_every_s
         self._loops = [
-            start_loop(self._every(ActionKind.LEASES, self._lease_tick, renew_every_s), "corral-leases"),
             start_loop(self.observer.run(self._stop), "corral-observer"),
             start_loop(
                 every(
@@ -319,6 +318,12 @@ class Engine:
             ),
             start_loop(self._every(ActionKind.PRUNE, housekeeper.prune, RETENTION_EVERY_S), "corral-prune"),
         ]
+        if self.leases.enabled:
+            # On SQLite one corral holds every pool and a lease tick does nothing: no loop for it (its ticks
+            # were a twelfth of a simulated day's CPU).
+            self._loops.append(
+                start_loop(self._every(ActionKind.LEASES, self._lease_tick, renew_every_s), "corral-leases")
+            )
         await stop.wait()
         self._stop.set()
         for loop in self._loops:
