@@ -104,7 +104,7 @@ class WarmForecaster:
             bisect.insort(history.arrivals, queued_at.timestamp())
         del history.arrivals[: bisect.bisect_left(history.arrivals, oldest.timestamp())]
         waited = await self.store.run(runners.waited_boots_since, pool, history.started.at or now - BOOT_HISTORY)
-        history.waited.extend(history.started.fresh(waited))
+        history.waited.extend(seconds for seconds in history.started.fresh(waited) if seconds is not None)
         # The exact boots never fall below `MIN_BOOTS` once there (they are only ever added to): from then on
         # the pass-timed ones are never used, and not read.
         if len(history.waited) < MIN_BOOTS:

@@ -10,7 +10,7 @@ from sqlalchemy import insert
 from bench.counting import StatementCounter
 from corral.engine.warmth import REFRESH_S, WarmForecaster
 from corral.executors import inline
-from corral.store import IN_MEMORY, Store
+from corral.store import IN_MEMORY, Store, runners
 from corral.store.schema import JOBS, RUNNERS
 from corral.warmth import MIN_BOOTS, AutoWarm, forecast, plan_day
 
@@ -203,5 +203,32 @@ def test_boots_are_timed_by_the_jobs_that_waited_for_them_once_there_are_enough(
         with counter.counting():
             later = asyncio.run(forecaster.forecast("small", AUTO, now + timedelta(seconds=REFRESH_S)))
         assert (later.boot_s, counter.total) == (60.0, 2)
+    finally:
+        store.close()
+
+
+def test_every_started_job_is_read_once_whether_or_not_it_timed_a_boot() -> None:
+    """A job that waited for its runner times a boot; one that found its runner online, or ran on a runner of
+    another pool (its labels fit both), times none, yet is read with the rest (None) so that the next read
+    starts after it: a pool whose jobs mostly find warm runners was otherwise read again from its last job
+    that waited, a little more each pass."""
+    at = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+    store = Store(IN_MEMORY, executors=inline)
+    store.migrate()
+    pools = {"r0": "small", "r1": "small", "r2": "large"}
+    rows = [{"id": runner, "pool": pool, "scope": "org:octo-org", "state": "busy", "name": f"corral-{runner}",
+             "labels": ["small"], "created_at": at, "state_changed_at": at}
+            for runner, pool in pools.items()]  # fmt: skip
+    # Job 0 waited 60 s for r0; job 1 found r1 online; job 2 waited for r2, which is of the pool large.
+    queued = {0: at, 1: at + timedelta(seconds=90), 2: at}
+    jobs = [{"id": job, "repository": "octo-org/app", "labels": ["small"], "status": "in_progress", "pool": "small",
+             "received_at": queued[job], "queued_at": queued[job], "runner_name": f"corral-r{job}",
+             "started_at": at + timedelta(seconds=60 + 30 * job)} for job in range(3)]  # fmt: skip
+    store.run_blocking(
+        lambda connection: (connection.execute(insert(RUNNERS), rows), connection.execute(insert(JOBS), jobs))
+    )
+    try:
+        read = store.run_blocking(runners.waited_boots_since, "small", at)
+        assert [(job, seconds) for job, _, seconds in read] == [(0, 60.0), (1, None), (2, None)]
     finally:
         store.close()
