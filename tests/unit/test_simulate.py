@@ -446,7 +446,10 @@ def figures_from(day: datetime, cfg: CorralConfig, jobs: Trace) -> tuple[float, 
     return pool.wait_s.p95, round(pool.runner_time.idle / 3600.0, 2)
 
 
-@pytest.mark.no_cover  # three simulations whose code the tests above cover: tracing doubled its 34 CPU-s
+@pytest.mark.no_cover  # three simulations whose code the tests above cover: tracing doubled their CPU
+# 30 CPU-s alone, but in CI it shares two cores with the other workers, their corral processes and the live
+# suite's OpenStack: it took 438 s there, past the suite's 300 s hang guard (which the engine's loop swallowed).
+@pytest.mark.timeout(900)
 def test_auto_meets_a_30s_p95_with_under_half_the_idle_hours_of_the_smallest_fixed_min_idle_that_does() -> None:
     """The claim `min_idle: auto` is built on, in virtual time: three weekdays of `bench/traces.py`'s working
     day (1,000 jobs a day, two matrices of 10 a day at times that differ each day, seed 1), 60 s boots, a goal
