@@ -18,13 +18,18 @@ and prints (never asserts):
   keep-alive connections as fast as corral answers 202, on SQLite and on PostgreSQL, with corral's CPU
   per delivery.
 
+With `--profile`, corral's process is sampled by py-spy through the steady phase and the intake (`bench/spy.py`:
+every thread, by function), so a figure that regressed says where in minutes.
+
     .venv/bin/python bench/reactive.py [--burst 500] [--rate 20] [--seconds 60] [--intake 3000] [--only PART]
+                                       [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -48,6 +53,7 @@ from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.loadgen import build_request, post_all
+from bench.spy import Profile, sampled
 from bench.support import start_corral, start_sandbox, stop
 from tests.store_urls import postgres_url
 from tests.webhook_fixtures import WEBHOOK_EXAMPLES
@@ -137,6 +143,11 @@ def cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def profiled(args: argparse.Namespace, pid: int) -> contextlib.AbstractContextManager[Profile | None]:
+    """corral's process sampled by py-spy through a phase, when `--profile` asks for it."""
+    return sampled(pid) if args.profile else nullcontext()
+
+
 def end_to_end(args: argparse.Namespace, folder: Path) -> None:
     sandbox, info = start_sandbox(folder / "sandbox-e2e")
     try:
@@ -170,14 +181,15 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
                 {"at": i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
                 for i in range(int(args.rate * args.seconds))
             ]
-            control.post("/trace", json={"jobs": steady}).raise_for_status()
-            total = args.burst + len(steady)
-            wait_for(
-                lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total,
-                args.seconds + 300,
-                "the steady jobs completed",
-            )
-            wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "every server gone")
+            with profiled(args, corral.pid) as profile:
+                control.post("/trace", json={"jobs": steady}).raise_for_status()
+                total = args.burst + len(steady)
+                wait_for(
+                    lambda: control.get("/stats").json()["github"]["jobs"]["completed"] == total,
+                    args.seconds + 300,
+                    "the steady jobs completed",
+                )
+                wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "every server gone")
             cpu_steady = cpu_s(process) - cpu_before
             after = control.get("/stats").json()
         finally:
@@ -202,6 +214,8 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
         f"cpu_ms_per_job={cpu_steady / steady_jobs * 1000:.2f} runners_per_job={servers / steady_jobs:.3f} "
         f"github_calls_per_job={github_calls / steady_jobs:.2f}"
     )
+    if profile is not None:
+        print(profile.report())
 
 
 def creating_times(database: Path) -> dict[str, datetime]:
@@ -328,7 +342,8 @@ def intake(args: argparse.Namespace, database: str, folder: Path, url_context: A
                 process = psutil.Process(corral.pid)
                 cpu_before = cpu_s(process)
                 started = time.perf_counter()
-                statuses = asyncio.run(post_all(f"{url}/webhook", requests, 16))
+                with profiled(args, corral.pid) as profile:
+                    statuses = asyncio.run(post_all(f"{url}/webhook", requests, 16))
                 took = time.perf_counter() - started
                 cpu = cpu_s(process) - cpu_before
             finally:
@@ -341,6 +356,8 @@ def intake(args: argparse.Namespace, database: str, folder: Path, url_context: A
         f"database={database} webhooks={args.intake} webhooks_per_s={args.intake / took:.0f} "
         f"cpu_ms_per_webhook={cpu / args.intake * 1000:.3f}"
     )
+    if profile is not None:
+        print(profile.report())
 
 
 def main() -> None:
@@ -350,6 +367,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--intake", type=int, default=3000)
     parser.add_argument("--only", choices=["e2e", "intakes", "intake"], help="run one part")
+    parser.add_argument("--profile", action="store_true", help="sample corral with py-spy: where its CPU goes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
