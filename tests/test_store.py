@@ -432,8 +432,10 @@ def test_a_replica_frozen_in_a_transaction_holds_its_row_locks_only_until_the_se
     frozen one wakes. Woken, the frozen replica's transaction runs again on a new connection."""
     with postgres_url() as url:
         frozen, successor = Store(url, idle_in_transaction_s=1.0), Store(url)
-        frozen.migrate()
-        frozen.run_blocking(pools.set_drained, "small", False, now=utcnow())
+        # Set up through the store with no idle timeout: on two busy cores (CI) the migration's own transaction
+        # once sat idle between two statements for over a second, and the server ended it.
+        successor.migrate()
+        successor.run_blocking(pools.set_drained, "small", False, now=utcnow())
         locked, wake = threading.Event(), threading.Event()
         attempts: list[int] = []
 
