@@ -29,6 +29,9 @@ class JobRequest(BaseModel):
     labels: list[str] = Field(default_factory=lambda: ["self-hosted"], min_length=1, max_length=100)
     duration: float = Field(default=1.0, ge=0, le=86_400)
     workflow_name: str | None = None
+    conclusion: Literal["success", "failure"] = Field(
+        default="success", description="how the job ends if its runner runs it to the end"
+    )
 
 
 class TraceJob(JobRequest):
@@ -53,6 +56,7 @@ class TimingsRequest(BaseModel):
     register_delay: float | None = Field(default=None, ge=0)
     delete_delay: float | None = Field(default=None, ge=0)
     schedule_delay: float | None = Field(default=None, ge=0)
+    lost_contact_delay: float | None = Field(default=None, ge=0)
 
 
 class WebhookRequest(BaseModel):
@@ -95,7 +99,7 @@ def build_control_router(world: World) -> APIRouter:
 
     @router.post("/jobs", status_code=201)
     async def submit_job(body: JobRequest) -> dict[str, Any]:
-        return world.github.submit_job(body.repo, body.labels, body.duration, body.workflow_name)
+        return world.github.submit_job(body.repo, body.labels, body.duration, body.workflow_name, body.conclusion)
 
     @router.get("/jobs")
     async def list_jobs(status: str | None = None) -> list[dict[str, Any]]:
@@ -113,7 +117,9 @@ def build_control_router(world: World) -> APIRouter:
     async def submit_trace(body: TraceRequest) -> dict[str, Any]:
         """Schedule every job of the trace at its arrival offset from now."""
         for job in body.jobs:
-            world.call_later(job.at, world.github.submit_job, job.repo, job.labels, job.duration, job.workflow_name)
+            world.call_later(
+                job.at, world.github.submit_job, job.repo, job.labels, job.duration, job.workflow_name, job.conclusion
+            )
         last = max((job.at for job in body.jobs), default=0.0)
         return {"scheduled": len(body.jobs), "last_arrival_s": last}
 

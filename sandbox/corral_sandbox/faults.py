@@ -3,7 +3,7 @@
 Two kinds: endpoint faults (errors and latency on matching HTTP routes of either side) and world faults
 (what happens inside the simulated cloud and GitHub: boots that fail, runners that never register,
 webhook deliveries that are lost, secondary rate limits, scale-set acknowledgements that are lost and runners
-that never pick up the job they were assigned). Decisions draw from one seeded RNG so a test
+that never pick up the job they were assigned, servers that die mid-job). Decisions draw from one seeded RNG so a test
 that sets a seed sees the same sequence every run.
 """
 
@@ -66,6 +66,9 @@ class WorldFaults:
     """Image ids whose servers all go to ERROR instead of ACTIVE: a broken upload."""
     never_register_rate: float = 0.0
     """Share of servers that boot with a valid JIT config but whose runner never comes online."""
+    lost_mid_job_rate: float = 0.0
+    """Share of jobs whose runner's server dies halfway through the job (its host failed: the server goes to
+    ERROR with a fault); GitHub fails the job `lost_contact_delay` later (`Timings`)."""
     webhook_drop_rate: float = 0.0
     """Share of webhook deliveries that fail; they show in the delivery log and can be redelivered."""
     webhook_lose_rate: float = 0.0
@@ -88,6 +91,7 @@ class WorldFaults:
         for name in (
             "boot_failure_rate",
             "never_register_rate",
+            "lost_mid_job_rate",
             "webhook_drop_rate",
             "webhook_lose_rate",
             "secondary_rate_limit_rate",

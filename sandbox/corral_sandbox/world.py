@@ -75,6 +75,9 @@ class Timings:
     schedule_delay: float = 0.0
     """Create accepted -> Nova's conductor schedules the server, which only then counts against the quota:
     creates within it race past Nova's quota check, and the surplus goes to ERROR ("Quota exceeded for ...")."""
+    lost_contact_delay: float = 0.0
+    """Runner offline mid-job -> GitHub fails its job ("The self-hosted runner lost communication with the
+    server"). GitHub waits minutes; 0 fails it at once."""
 
 
 class World:
@@ -172,6 +175,15 @@ class World:
         if runner_id is not None:
             self._server_of_runner.pop(runner_id, None)
             self.github.disconnect_runner(runner_id)
+
+    def server_of_runner(self, runner_id: int) -> str | None:
+        """The server a connected runner runs on."""
+        return self._server_of_runner.get(runner_id)
+
+    def crash_server(self, server_id: str) -> None:
+        """The server's host fails under it (`lost_mid_job_rate`): ERROR with a fault, its runner gone."""
+        for cloud in self.clouds.values():
+            cloud.crash(server_id)  # server ids are unique across clouds; others ignore it
 
     def runner_exited(self, runner_id: int) -> None:
         """Called by GitHub when an ephemeral runner has finished its job: the guest shuts down."""

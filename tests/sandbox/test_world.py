@@ -15,6 +15,7 @@ import openstack.connection
 import openstack.exceptions
 import pytest
 from githubkit import GitHub, TokenAuthStrategy
+from githubkit.exception import RequestFailed
 
 from corral_sandbox.server import Sandbox
 from tests.conftest import connect
@@ -283,3 +284,71 @@ def test_a_second_cloud_is_apart_from_the_first_but_its_runners_reach_the_same_g
         assert (clouds["one"]["servers"], clouds["two"]["servers"]) == (1, 1)
     finally:
         second.close()
+
+
+def test_a_server_lost_mid_job_fails_its_job_after_githubs_lost_contact_delay(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    """`lost_mid_job_rate: 1`: halfway through its job the runner's server goes to ERROR (its host failed);
+    GitHub fails the job `lost_contact_delay` later, and the control API says it was the machine."""
+    control.put("/faults", json={"world": {"lost_mid_job_rate": 1.0}}).raise_for_status()
+    control.put("/timings", json={"lost_contact_delay": 0.5}).raise_for_status()
+    job_id = control.post("/jobs", json={"repo": REPO, "labels": ["small"], "duration": 2.0}).json()["id"]
+    runner_id, jit = jit_runner(sandbox, "corral-small-lost", ["small"])
+    server = boot(os_conn, "corral-small-lost", f"./run.sh --jitconfig {jit}")
+    failed = wait_until(lambda: (j := job(control, job_id))["status"] == "completed" and j, what="job ends")
+    assert (failed["conclusion"], failed["runner_lost"], failed["run_attempt"]) == ("failure", True, 1)
+    # Timers never fire early: the server died 1 s into the job, GitHub gave up 0.5 s after that.
+    assert failed["completed_at_s"] - failed["started_at_s"] >= 1.5
+    lost = os_conn.compute.get_server(server.id)
+    assert lost.status == "ERROR" and "host failed" in lost.fault["message"]
+    gh = github(sandbox)
+    runner = gh.rest.actions.get_self_hosted_runner_for_org(ORG, runner_id).parsed_data
+    assert (runner.status, runner.busy) == ("offline", False)
+    counters = control.get("/stats").json()["counters"]
+    assert (counters["servers_lost_mid_job"], counters["openstack_servers_crashed"]) == (1, 1)
+
+
+def test_a_job_that_fails_on_its_own_fails_with_its_runner_alive_to_the_end(
+    sandbox: Sandbox, os_conn: openstack.connection.Connection, control: httpx.Client
+) -> None:
+    job_id = control.post(
+        "/jobs", json={"repo": REPO, "labels": ["small"], "duration": 0.1, "conclusion": "failure"}
+    ).json()["id"]
+    _, jit = jit_runner(sandbox, "corral-small-red", ["small"])
+    server = boot(os_conn, "corral-small-red", f"./run.sh --jitconfig {jit}")
+    failed = wait_until(lambda: (j := job(control, job_id))["status"] == "completed" and j, what="job ends")
+    assert (failed["conclusion"], failed["runner_lost"]) == ("failure", False)
+    # The runner ran it to the end, deregistered and shut its machine down, as after a success.
+    wait_until(lambda: server_status(os_conn, server.id) == "SHUTOFF", what="server SHUTOFF")
+
+
+def test_a_rerun_queues_the_job_again_as_a_new_job_in_the_runs_next_attempt(
+    sandbox: Sandbox, control: httpx.Client, webhook_receiver: WebhookReceiver
+) -> None:
+    gh = github(sandbox)
+    first = control.post("/jobs", json={"repo": REPO, "labels": ["gpu"], "duration": 0}).json()
+    owner, name = REPO.split("/")
+    with pytest.raises(RequestFailed) as running:
+        gh.rest.actions.re_run_job_for_workflow_run(owner, name, first["id"])
+    assert running.value.response.status_code == 403  # its run is not completed
+    control.post(f"/jobs/{first['id']}/cancel").raise_for_status()
+    assert gh.rest.actions.re_run_job_for_workflow_run(owner, name, first["id"]).status_code == 201
+    (again,) = [j for j in control.get("/jobs").json() if j["id"] != first["id"]]
+    assert (again["run_id"], again["run_attempt"], again["status"]) == (first["run_id"], 2, "queued")
+    assert (again["labels"], again["workflow_name"]) == (first["labels"], first["workflow_name"])
+    latest = gh.rest.actions.list_jobs_for_workflow_run(owner, name, first["run_id"]).parsed_data
+    every = gh.rest.actions.list_jobs_for_workflow_run(owner, name, first["run_id"], filter_="all").parsed_data
+    assert [(j.id, j.run_attempt) for j in latest.jobs] == [(again["id"], 2)]
+    assert [(j.id, j.run_attempt) for j in every.jobs] == [(first["id"], 1), (again["id"], 2)]
+    assert gh.rest.actions.get_workflow_run(owner, name, first["run_id"]).parsed_data.run_attempt == 2
+    wait_until(lambda: workflow_job_actions(webhook_receiver, again["id"]) == ["queued"], what="its queued webhook")
+    (queued,) = [
+        json.loads(d.body)["workflow_job"]
+        for d in webhook_receiver.snapshot()
+        if d.headers.get("X-GitHub-Event") == "workflow_job" and json.loads(d.body)["workflow_job"]["id"] == again["id"]
+    ]
+    assert (queued["run_id"], queued["run_attempt"]) == (first["run_id"], 2)
+    with pytest.raises(RequestFailed) as unknown:
+        gh.rest.actions.re_run_job_for_workflow_run(owner, name, 1)
+    assert unknown.value.response.status_code == 404

@@ -484,6 +484,22 @@ class CloudState:
         self.world.stats.incr("openstack_servers_errored")
         self.world.server_gone(server.id)
 
+    def crash(self, server_id: str) -> None:
+        """An ACTIVE server's host fails: ERROR with a fault, as Nova shows a server its host took down (the
+        ports stay, as after any failure of a running server); its runner loses its machine."""
+        server = self.servers.get(server_id)
+        if server is None or server.status != "ACTIVE" or server.deleting:
+            return
+        moment = now()
+        server.status, server.vm_state, server.task_state = "ERROR", "error", None
+        server.power_state = POWER_NOSTATE
+        server.fault = Fault(code=500, message="Compute host failed: the instance is lost", created=iso_z(moment))
+        server.touch(moment)
+        self.counters["servers_errored"] += 1
+        self._lived(server.id, "errored_s")
+        self.world.stats.incr("openstack_servers_crashed")
+        self.world.server_gone(server.id)
+
     def delete_server(self, server_id: str) -> None:
         """Nova answers 204 at once; the server leaves listings after the delete delay."""
         server = self.server(server_id)

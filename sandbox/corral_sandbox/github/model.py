@@ -141,6 +141,9 @@ class WorkflowRun:
     conclusion: str | None = None
     run_started_at: datetime | None = None
     job_ids: list[int] = field(default_factory=list)
+    """Every attempt's jobs, the first attempt's first."""
+    run_attempt: int = 1
+    """The run's latest attempt: a re-run of one of its jobs starts the next."""
 
 
 @dataclass
@@ -160,6 +163,14 @@ class Job:
     runner_group_id: int | None = None
     runner_group_name: str | None = None
     timer: asyncio.TimerHandle | None = None
+    run_attempt: int = 1
+    """The attempt of its run this job belongs to (a re-run is a new job, with a new id, in the next one)."""
+    outcome: str = "success"
+    """How the job ends when its runner runs it to the end: `success`, or `failure` (a job that fails on its
+    own: a test that broke, not the machine)."""
+    runner_lost: bool = False
+    """The job failed because its runner lost its machine mid-job (sandbox-only: GitHub shows only the
+    failure, and "The self-hosted runner lost communication with the server")."""
 
     @property
     def repo(self) -> Repository:

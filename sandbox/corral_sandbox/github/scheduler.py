@@ -5,9 +5,11 @@ it, the runner comes online and GitHub hands it the oldest queued job it can ser
 covers the job's repository and every label the job asks for is one of the runner's (case-insensitive).
 A job submitted while fitting runners idle starts at once, on the one idle longest (the world fault
 `runner_choice: newest` picks the one online last instead: GitHub promises no order). The ephemeral
-runner runs that one job, reports completion, deregisters and exits. If its machine vanishes the runner
-goes offline and a job it was running fails. Every job transition is reported through `on_job_event` (the
-webhook source).
+runner runs that one job, reports completion (its job's `outcome`: a job may fail on its own), deregisters
+and exits. If its machine vanishes the runner goes offline and a job it was running fails, `lost_contact_delay`
+later (the world fault `lost_mid_job_rate` takes the machine away halfway through a job). A completed job can
+be re-run: a new job, with a new id, in its run's next attempt. Every job transition is reported through
+`on_job_event` (the webhook source).
 
 Runner scale sets (`github/actions/`) route their jobs themselves: the `delegate` is offered every new job
 first and told when one of its runners comes online; it hands jobs to runners through `start`. A scale
@@ -158,6 +160,21 @@ class Scheduler:
         self._idle.pop(runner.id, None)
         job = self.jobs.get(runner.job_id) if runner.job_id is not None else None
         if job is not None and job.status == "in_progress":
+            if job.timer is not None:  # it will not finish: its runner is gone
+                job.timer.cancel()
+                job.timer = None
+            job.runner_lost = True
+            delay = self.world.timings.lost_contact_delay
+            if delay > 0:
+                job.timer = self.world.call_later(delay, self._lost, job.id)
+            else:
+                self._complete(job, "failure", runner_exits=False)
+
+    def _lost(self, job_id: int) -> None:
+        """GitHub gives up on a job whose runner stopped answering."""
+        job = self.jobs.get(job_id)
+        if job is not None and job.status == "in_progress":
+            job.timer = None
             self._complete(job, "failure", runner_exits=False)
 
     @staticmethod
@@ -166,7 +183,14 @@ class Scheduler:
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def submit(self, repo: Repository, labels: list[str], duration: float, workflow_name: str | None) -> Job:
+    def submit(
+        self,
+        repo: Repository,
+        labels: list[str],
+        duration: float,
+        workflow_name: str | None,
+        outcome: str = "success",
+    ) -> Job:
         now = utcnow()
         name = workflow_name or "CI"
         run_number = self._run_numbers.get(repo.id, 0) + 1
@@ -180,15 +204,49 @@ class Scheduler:
             created_at=now,
             updated_at=now,
         )
-        job = Job(id=next(self._job_ids), run=run, name="build", labels=list(labels), duration=duration, created_at=now)
-        run.job_ids.append(job.id)
+        job = Job(
+            id=next(self._job_ids),
+            run=run,
+            name="build",
+            labels=list(labels),
+            duration=duration,
+            created_at=now,
+            outcome=outcome,
+        )
         self.runs[run.id] = run
         self.runs_by_repo.setdefault(repo.id, []).append(run)
+        self._queue(job)
+        return job
+
+    def rerun(self, job: Job) -> Job:
+        """`POST .../actions/jobs/{id}/rerun`: the job again, as a new job (new id) in the run's next attempt;
+        403 while the run is not completed, as GitHub refuses it."""
+        run = job.run
+        if run.status != "completed":
+            raise GitHubError(403, "This workflow run is not completed")
+        now = utcnow()
+        run.run_attempt += 1
+        run.status, run.conclusion, run.updated_at = "queued", None, now
+        again = Job(
+            id=next(self._job_ids),
+            run=run,
+            name=job.name,
+            labels=list(job.labels),
+            duration=job.duration,
+            created_at=now,
+            run_attempt=run.run_attempt,
+            outcome=job.outcome,
+        )
+        self._queue(again)
+        return again
+
+    def _queue(self, job: Job) -> None:
+        """A new job: listed in its run, announced (`queued`), then offered to a scale set or queued."""
+        job.run.job_ids.append(job.id)
         self.jobs[job.id] = job
         self.on_job_event(job, "queued")
         if self.delegate is None or not self.delegate.claim(job):
             self.enqueue(job)
-        return job
 
     def enqueue(self, job: Job) -> None:
         """Queue `job` for classic runners; an idle one that fits takes it at once: the one idle longest, or
@@ -235,11 +293,21 @@ class Scheduler:
         job.run.updated_at = now
         self.on_job_event(job, "in_progress")
         job.timer = self.world.call_later(job.duration, self._finish, job.id)
+        if self.world.faults.chance(self.world.faults.world.lost_mid_job_rate):
+            self.world.call_later(job.duration / 2, self._lose_machine, runner.id, job.id)
+
+    def _lose_machine(self, runner_id: int, job_id: int) -> None:
+        """`lost_mid_job_rate`: the server of the runner still running `job_id` dies under it."""
+        runner = self.runners.get(runner_id)
+        server_id = self.world.server_of_runner(runner_id)
+        if runner is not None and runner.job_id == job_id and server_id is not None:
+            self.world.stats.incr("servers_lost_mid_job")
+            self.world.crash_server(server_id)
 
     def _finish(self, job_id: int) -> None:
         job = self.jobs.get(job_id)
         if job is not None and job.status == "in_progress":
-            self._complete(job, "success", runner_exits=True)
+            self._complete(job, job.outcome, runner_exits=True)
 
     def _complete(self, job: Job, conclusion: str, *, runner_exits: bool) -> None:
         """Close `job`; its ephemeral runner, if it is still alive, deregisters and exits."""
@@ -279,6 +347,8 @@ class Scheduler:
             "workflow_name": job.run.name,
             "status": job.status,
             "conclusion": job.conclusion,
+            "run_attempt": job.run_attempt,
+            "runner_lost": job.runner_lost,
             "runner_id": job.runner_id,
             "runner_name": job.runner_name,
             "queued_at": isoformat(job.created_at),

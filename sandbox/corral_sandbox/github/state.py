@@ -166,12 +166,18 @@ class GitHubState:
     # -- jobs (control API) ------------------------------------------------------------------
 
     def submit_job(
-        self, repo: str, labels: list[str], duration: float, workflow_name: str | None = None
+        self,
+        repo: str,
+        labels: list[str],
+        duration: float,
+        workflow_name: str | None = None,
+        conclusion: str = "success",
     ) -> dict[str, Any]:
+        """A new job; `conclusion` is how it ends if its runner runs it to the end."""
         owner, _, name = repo.partition("/")
         if not owner or not name:
             raise ValueError(f"repo must be 'owner/name', got {repo!r}")
-        job = self.scheduler.submit(self.directory.repo(owner, name), labels, duration, workflow_name)
+        job = self.scheduler.submit(self.directory.repo(owner, name), labels, duration, workflow_name, conclusion)
         return self._job_view(job)
 
     def _job_view(self, job: Job) -> dict[str, Any]:

@@ -121,9 +121,15 @@ def register(router: APIRouter, state: GitHubState) -> None:
 
     @router.get("/repos/{owner}/{repo}/actions/runs/{run_id}/jobs")
     async def jobs_for_run(request: Request) -> JSONResponse:
+        """`?filter=latest` (GitHub's default): the latest attempt's jobs; `all`: every attempt's."""
         run = run_of(request)
         u = urls(request, state)
+        which = request.query_params.get("filter", "latest")
+        if which not in ("latest", "all"):
+            raise GitHubError(422, f"Validation Failed: filter {which[:20]!r} is not one of latest, all")
         jobs = [state.scheduler.jobs[job_id] for job_id in run.job_ids]
+        if which == "latest":
+            jobs = [job for job in jobs if job.run_attempt == run.run_attempt]
         return paginated(
             request,
             jobs,
@@ -140,6 +146,17 @@ def register(router: APIRouter, state: GitHubState) -> None:
         for job_id in run.job_ids:
             state.scheduler.cancel(state.scheduler.jobs[job_id])
         return JSONResponse({}, status_code=202)
+
+    @router.post("/repos/{owner}/{repo}/actions/jobs/{job_id}/rerun", status_code=201)
+    async def rerun_job(request: Request) -> JSONResponse:
+        """Re-run a job of a completed run: 201 with an empty object, the new attempt's job queued."""
+        repo = repository(request)
+        require_permission(principal(request), "actions", "write")
+        job = state.scheduler.jobs.get(path_int(request, "job_id"))
+        if job is None or job.repo.id != repo.id:
+            raise not_found()
+        state.scheduler.rerun(job)
+        return JSONResponse({}, status_code=201)
 
     @router.get("/repos/{owner}/{repo}/actions/jobs/{job_id}")
     async def get_job(request: Request) -> JSONResponse:
