@@ -497,6 +497,9 @@ class PoolConfig(StrictModel):
     max_runners: PoolRunners = 10
     bootstrap_timeout: Wait = 600.0
     idle_grace: Wait = 60.0
+    rerun_lost_jobs: int = Field(default=0, ge=0, le=10)
+    """Re-run a job, at most this many times, once GitHub has failed it because its runner's server died under
+    it (ERROR or vanished while the runner was busy, which corral saw); never a job that failed on its own."""
     runner_group: str = "Default"
     priority: int = 0
     max_runners_per_repo: PoolRunners | None = None
@@ -716,6 +719,9 @@ class TuningConfig(StrictModel):
     """How long a pool's pass may wait after a webhook said one of its runners took or finished a job (a new
     queued job never waits): under load, one pass then takes the news of many jobs at once."""
     """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
+    lost_job_recheck: Annotated[Duration, at_most(600.0, "longer leaves a lost job's re-run waiting that long")] = 30.0
+    """How often GitHub is asked about a job lost with its server until it has failed it (GitHub waits minutes
+    for a silent runner), to re-run it then (`rerun_lost_jobs`)."""
     busy_covers_job: Wait = 30.0
     """How long a runner that turned busy is taken to run the job it was started for, unless GitHub says
     otherwise first; after that a job still queued may get another runner."""

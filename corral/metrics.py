@@ -186,6 +186,12 @@ WEBHOOKS = Counter("corral_webhooks_total", "Webhook deliveries by outcome", ["o
 JOBS_RECOVERED = Counter(
     "corral_jobs_recovered_total", "Jobs found without their webhook, by how", ["how"], registry=REGISTRY
 )
+JOBS_RERUN = Counter(
+    "corral_jobs_rerun_total",
+    "Jobs lost with their runner's server, by pool and what became of them (rerun, not_failed, off, limit, refused)",
+    ["pool", "outcome"],
+    registry=REGISTRY,
+)
 GITHUB_CALLS = Counter(
     "corral_github_calls_total", "GitHub API calls by endpoint and status", ["endpoint", "status"], registry=REGISTRY
 )

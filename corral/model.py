@@ -212,6 +212,9 @@ class Transition:
     registered_at: datetime | None = None
     diverted_job: int | None = None
     presumed_taken: bool = False
+    lost_job: int | None = None
+    """The job this runner was running when its server died under it (ERROR or vanished): marked lost with
+    the move's message, so that it can be re-run once GitHub has failed it (`rerun_lost_jobs`)."""
 
     def __post_init__(self) -> None:
         self.runner.state.check_transition(self.target)
@@ -272,6 +275,17 @@ class Job:
     source: str | None = None
     """How corral first heard of it: `webhook:<delivery id>`, `webhook` or `poll`."""
     workflow: str | None = None
+    name: str | None = None
+    """The job's name in its workflow (`build (ubuntu, 3.12)`): with `run_id`, what its re-runs share."""
+    run_attempt: int | None = None
+    lost_at: datetime | None = None
+    """When corral saw the server of the runner running it die (ERROR or vanished) while the job ran."""
+    lost_reason: str | None = None
+    rerun: str | None = None
+    """What became of a lost job (None: undecided): `requested` (corral asked GitHub to re-run it), `not
+    failed`, `off` (its pool does not re-run lost jobs), `limit` (re-run `rerun_lost_jobs` times already),
+    `refused: ...` (GitHub's answer), or `requesting` while corral asks."""
+    rerun_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +317,8 @@ class JobUpdate:
     started_at: datetime | None = None
     completed_at: datetime | None = None
     workflow: str | None = None
+    name: str | None = None
+    run_attempt: int | None = None
 
 
 @dataclass(frozen=True)

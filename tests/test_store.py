@@ -40,6 +40,7 @@ from corral.store import (
     pools,
     quota,
     redeliveries,
+    reruns,
     retention,
     runners,
 )
@@ -164,6 +165,43 @@ def test_a_runner_that_took_another_job_is_counted_on_its_own(store: Store) -> N
     assert job.runners_diverted == 1 and job.diverted_at is not None and job.maybe_taken_at is not None
     found = store.run_blocking(jobs.get, 1)
     assert found is not None and found.runners_started == 1
+
+
+def lost_with_its_server(store: Store, job_id: int, attempt: int) -> None:
+    """A job a busy runner was running when its server went to ERROR, as the judge records it."""
+    taken = queued(job_id, JobState.IN_PROGRESS, run_id=77, name="build", run_attempt=attempt)
+    runner = add(store, job_id=job_id)
+    store.run_blocking(jobs.record, [delivery(f"lost-{job_id}", taken)], now=utcnow())
+    for target, reason in [
+        (RunnerState.CREATING, Reason.CREATE_REQUESTED),
+        (RunnerState.BOOTING, Reason.SERVER_CREATED),
+        (RunnerState.BUSY, Reason.TOOK_JOB),
+    ]:
+        moved = move(store, runner, target, reason)
+        assert moved is not None
+        runner = moved
+    failed = move(
+        store, runner, RunnerState.FAILED, Reason.SERVER_ERROR, message="server in ERROR: host failed", lost_job=job_id
+    )
+    assert failed is not None
+
+
+def test_a_lost_jobs_rerun_is_claimed_once_whoever_asks_and_counted_across_its_attempts(store: Store) -> None:
+    lost_with_its_server(store, 1, attempt=1)
+    [job] = store.run_blocking(reruns.undecided, limit=10)
+    assert (job.id, job.name, job.run_attempt, job.rerun) == (1, "build", 1, None)
+    assert job.lost_reason is not None and "host failed" in job.lost_reason
+    # Two replicas (or a corral and its restart) decide at once: one claim wins.
+    assert store.run_blocking(reruns.claim, 1, now=utcnow()) is True
+    assert store.run_blocking(reruns.claim, 1, now=utcnow()) is False
+    assert store.run_blocking(reruns.undecided, limit=10) == []
+    store.run_blocking(reruns.release, 1)  # GitHub said "not yet": asked again later
+    assert store.run_blocking(reruns.claim, 1, now=utcnow()) is True
+    store.run_blocking(reruns.decide, 1, reruns.REQUESTED)
+    # Its second attempt, lost too: the first attempt's re-run counts against the limit.
+    lost_with_its_server(store, 2, attempt=2)
+    [again] = store.run_blocking(reruns.undecided, limit=10)
+    assert again.id == 2 and store.run_blocking(reruns.reruns_of, again) == 1
 
 
 def test_a_job_its_ended_runner_left_in_progress_is_due_at_once_and_after_each_move_of_that_runner(

@@ -320,6 +320,13 @@ class JobView(BaseModel):
     runners_diverted: int
     run_id: int | None = None
     workflow: str | None = None
+    name: str | None = None
+    run_attempt: int | None = None
+    lost_at: datetime | None = None
+    """When corral saw the server of the runner running it die under it (see `rerun_lost_jobs`)."""
+    lost_reason: str | None = None
+    rerun: str | None = None
+    """What corral did about it: `requested` (re-run), `not failed`, `off`, `limit`, `refused: ...`."""
 
     @classmethod
     def of(cls, job: Job) -> JobView:
@@ -327,6 +334,11 @@ class JobView(BaseModel):
             id=job.id,
             run_id=job.run_id,
             workflow=job.workflow,
+            name=job.name,
+            run_attempt=job.run_attempt,
+            lost_at=job.lost_at,
+            lost_reason=job.lost_reason,
+            rerun=job.rerun,
             repository=job.repository,
             labels=list(job.labels),
             status=job.status.value,

@@ -30,6 +30,9 @@ MAX_NOTED_ACTIVE = 10_000
 """Runners the judge remembers having noted ACTIVE; the store also refuses a second note."""
 BOOT_FAILURES = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED, Reason.BOOTSTRAP_TIMEOUT})
 """Servers the cloud accepted that never became runners: each backs the pool off like a failed create."""
+MACHINE_LOST = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED})
+"""A busy runner failing for one of these lost its job with its server: the proof `rerun_lost_jobs` needs (a
+server merely SHUTOFF is how a runner that ran its job to the end looks too, so it is not proof)."""
 
 ENDED = frozenset({RunnerState.FINISHED, RunnerState.FAILED})
 """Where a runner goes when it leaves its job (done, deregistered, exited, or its server lost)."""
@@ -185,6 +188,14 @@ class RunnerJudge:
         )
         took = row.job_id if row.job_status is not None else None
         diverted = runner.job_id if took_a_job and runner.job_id is not None and took != runner.job_id else None
+        lost = (
+            row.job_id
+            if verdict.target is RunnerState.FAILED
+            and verdict.reason in MACHINE_LOST
+            and runner.state is RunnerState.BUSY
+            and row.job_status is JobState.IN_PROGRESS
+            else None
+        )
         return Transition(
             runner,
             verdict.target,
@@ -195,4 +206,5 @@ class RunnerJudge:
             # Unless it took a job nobody else was started for, the job it was started for has most likely
             # gone to another of the pool's runners (runners take the oldest fitting job, not their own).
             presumed_taken=diverted is not None and (took is None or row.job_had_runner),
+            lost_job=lost,
         )

@@ -37,7 +37,8 @@ SERVER_ACTIVE = ("server_active", "runner {name}: server ACTIVE, the runner star
 class TimelineEntry:
     at: datetime
     event: str
-    """`received`, `queued`, `matched`, `unmatched`, a runner's step (`RUNNER_STEPS`), `started`, `completed`."""
+    """`received`, `queued`, `matched`, `unmatched`, a runner's step (`RUNNER_STEPS`), `started`, `completed`, and
+    for a job lost with its server `lost`, then `rerun` or `not_rerun`."""
     detail: str
     runner: str | None = None
 
@@ -76,7 +77,20 @@ def timeline(job: Job, runners: list[Runner], events: list[RunnerEvent]) -> list
         entries.append(TimelineEntry(job.started_at, "started", f"started on {job.runner_name or 'a runner'}"))
     if job.completed_at is not None:
         entries.append(TimelineEntry(job.completed_at, "completed", f"completed: {job.conclusion or 'unknown'}"))
+    entries.extend(_lost(job))
     return sorted(entries, key=lambda entry: entry.at)
+
+
+def _lost(job: Job) -> list[TimelineEntry]:
+    """A job lost with its runner's server: when corral saw it, and whether it re-ran it (`rerun_lost_jobs`)."""
+    if job.lost_at is None:
+        return []
+    steps = [TimelineEntry(job.lost_at, "lost", f"lost with its server ({job.lost_reason or 'no reason kept'})")]
+    if job.rerun == "requested" and job.rerun_at is not None:
+        steps.append(TimelineEntry(job.rerun_at, "rerun", "re-run: GitHub queues the job again in a new attempt"))
+    elif job.rerun is not None and job.rerun != "requesting":
+        steps.append(TimelineEntry(job.completed_at or job.lost_at, "not_rerun", f"not re-run: {job.rerun}"))
+    return steps
 
 
 def _received(source: str | None) -> str:

@@ -515,6 +515,11 @@ class GitHubClient:
                 break
         return [delivery for guid, delivery in failed.items() if guid not in succeeded]
 
+    async def rerun_job(self, scope: ScopeConfig, repository: str, job_id: int) -> None:
+        """Ask GitHub to run a job of a completed run again (a new job in the run's next attempt)."""
+        client = await self._client_for(scope)
+        await self._call(client, "POST", f"/repos/{repository}/actions/jobs/{job_id}/rerun")
+
     async def redeliver(self, delivery_id: int) -> None:
         await self._call(self._root, "POST", f"/app/hook/deliveries/{delivery_id}/attempts")
 

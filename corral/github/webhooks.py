@@ -35,6 +35,8 @@ MAX_LABEL_LENGTH = 256
 """GitHub documents no limit on a label's length; real ones are a few dozen characters. 256 is far above
 any runner label seen and keeps a job's labels (at most 100 of them) to a few KiB."""
 MAX_RUNNER_NAME_LENGTH = 128
+MAX_ATTEMPT = 2**31 - 1
+"""A run's attempts fit the `run_attempt` column (GitHub allows 50 re-runs of a run)."""
 """The `jobs.runner_name` column; GitHub's runner names are shorter (corral's own are under 60)."""
 MAX_DELIVERY_ID_LENGTH = 64
 """The `deliveries.id` column; GitHub's delivery ids are 36-character GUIDs."""
@@ -85,6 +87,8 @@ class WorkflowJobEvent:
     started_at: datetime | None
     completed_at: datetime | None
     workflow: str | None = None
+    name: str | None = None
+    run_attempt: int | None = None
 
     def as_job_update(self, pool: str | None) -> JobUpdate:
         assert self.status is not None
@@ -101,6 +105,8 @@ class WorkflowJobEvent:
             started_at=self.started_at if self.status is not JobState.QUEUED else None,
             completed_at=self.completed_at,
             workflow=self.workflow,
+            name=self.name,
+            run_attempt=self.run_attempt,
         )
 
 
@@ -174,6 +180,26 @@ def _workflow(value: object) -> str | None:
     return value[:MAX_WORKFLOW_NAME] or None
 
 
+def _job_name(value: object) -> str | None:
+    """The job's name in its workflow (what its re-runs share): free text, cut to the column's length."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise MalformedPayload(f"workflow_job.name is not a string: {clipped(value)}")
+    return value[:MAX_WORKFLOW_NAME] or None
+
+
+def _attempt(value: object) -> int | None:
+    """`run_attempt`: 1 for a run's first attempt, one more for each re-run."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_ATTEMPT:
+        raise MalformedPayload(
+            f"workflow_job.run_attempt must be an integer from 1 to {MAX_ATTEMPT}, not {clipped(value)}"
+        )
+    return value
+
+
 def _repository(value: object) -> str:
     name = value.get("full_name") if isinstance(value, dict) else None
     if not isinstance(name, str):
@@ -207,4 +233,6 @@ def parse_workflow_job(payload: object) -> WorkflowJobEvent:
         started_at=_time(job.get("started_at"), "workflow_job.started_at"),
         completed_at=_time(job.get("completed_at"), "workflow_job.completed_at"),
         workflow=_workflow(job.get("workflow_name")),
+        name=_job_name(job.get("name")),
+        run_attempt=_attempt(job.get("run_attempt")),
     )

@@ -11,6 +11,9 @@ The format is JSON Lines: one job per line, each a JSON object with these fields
 - `labels`: the job's `runs-on` labels, a list of 1 to 100 non-empty strings.
 - `duration`: the seconds the job ran, a finite number, 0 or more.
 - `workflow_name` (optional): a string of at most 256 characters, or null.
+- `conclusion` (optional): how the job ends when its runner runs it to the end, `success` (the default) or
+  `failure` (a job that fails on its own). The sandbox honours it; a simulation has no server that dies under a
+  job, so it changes nothing there.
 
 An unknown field is refused, as corral's config refuses an unknown key: a misspelt optional field (`workflow`)
 would otherwise vanish without a word; a field given twice on one line is refused too. Blank lines and a
@@ -34,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -47,7 +50,8 @@ MAX_LABELS = 100
 """The most `runs-on` labels a job may have (the sandbox's limit too)."""
 MAX_PROBLEMS = 100
 """Problems reported one by one; past these, only how many more there are."""
-FIELDS = ("at", "repo", "labels", "duration", "workflow_name")
+FIELDS = ("at", "repo", "labels", "duration", "workflow_name", "conclusion")
+CONCLUSIONS = ("success", "failure")
 EXAMPLE = '{"at": 0, "repo": "octo-org/app", "labels": ["self-hosted", "linux"], "duration": 42.5}'
 RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}")
@@ -58,6 +62,7 @@ FIXES = {
     "labels": 'give the job\'s runs-on labels as a list of strings, such as ["self-hosted", "linux"]',
     "duration": "give the seconds the job ran, 0 or more, such as 42.5",
     "workflow_name": "give the workflow's name as a string, or leave the field out",
+    "conclusion": 'give "success" or "failure", or leave the field out (success)',
 }
 """What to write instead, by field: the end of every problem with that field."""
 EXPECTED = {
@@ -66,6 +71,7 @@ EXPECTED = {
     "labels": "a list",
     "duration": "a number",
     "workflow_name": "a string",
+    "conclusion": "a string",
 }
 """What each field must be, as the end of `is a list, not a number`."""
 
@@ -89,6 +95,7 @@ class TraceJob:
     duration: float
     workflow_name: str | None
     line: int
+    conclusion: str = "success"
 
     def request(self) -> dict[str, Any]:
         """This job as the sandbox's `POST /_sandbox/trace` takes one in its `jobs`."""
@@ -98,6 +105,7 @@ class TraceJob:
             "labels": list(self.labels),
             "duration": self.duration,
             "workflow_name": self.workflow_name,
+            "conclusion": self.conclusion,
         }
 
 
@@ -139,6 +147,7 @@ class _Fields(BaseModel):
     labels: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, max_length=MAX_LABELS)
     duration: float = Field(ge=0, allow_inf_nan=False)
     workflow_name: str | None = Field(default=None, max_length=MAX_WORKFLOW_NAME)
+    conclusion: Literal["success", "failure"] = "success"
 
 
 def _kind(value: object) -> str:
@@ -187,6 +196,8 @@ def _field_problem(line: int, error: Any) -> str:
         what = f"has {error['ctx']['actual_length']:,} labels, more than the {MAX_LABELS} a job may have"
     elif kind == "string_too_short":
         what = "is an empty string"
+    elif kind == "literal_error":
+        what = f"is {_show(value) if isinstance(value, str) else _kind(value)}, not one of {', '.join(CONCLUSIONS)}"
     elif kind == "string_too_long":
         what = f"has {len(value):,} characters, more than {error['ctx']['max_length']}"
     elif kind.endswith("_type"):
@@ -339,6 +350,7 @@ def _normalised(read: list[tuple[_Fields, int]]) -> Trace:
             duration=fields.duration,
             workflow_name=fields.workflow_name,
             line=number,
+            conclusion=fields.conclusion,
         )
         for offset, (fields, number) in zip(offsets, read, strict=True)
     ]

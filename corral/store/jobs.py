@@ -39,6 +39,12 @@ COLUMNS = (
     JOBS.c.maybe_taken_at,
     JOBS.c.source,
     JOBS.c.workflow,
+    JOBS.c.name,
+    JOBS.c.run_attempt,
+    JOBS.c.lost_at,
+    JOBS.c.lost_reason,
+    JOBS.c.rerun,
+    JOBS.c.rerun_at,
 )
 IN_CLAUSE_CHUNK = 500
 ENDED_RUNNER_STATES = (RunnerState.FINISHED, RunnerState.FAILED, RunnerState.DELETING, RunnerState.DELETED)
@@ -66,6 +72,12 @@ def to_job(row: Any) -> Job:
         maybe_taken_at=row[16],
         source=row[17],
         workflow=row[18],
+        name=row[19],
+        run_attempt=row[20],
+        lost_at=row[21],
+        lost_reason=row[22],
+        rerun=row[23],
+        rerun_at=row[24],
     )
 
 
@@ -111,6 +123,8 @@ def _upsert_statement(dialect_name: str) -> Any:
         "completed_at",
         "pool",
         "workflow",
+        "name",
+        "run_attempt",
     )
     return statement.on_conflict_do_update(
         index_elements=[JOBS.c.id],
@@ -153,6 +167,8 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], sources: dict[
                 "received_at": now,
                 "source": sources.get(job.id),
                 "workflow": job.workflow,
+                "name": job.name,
+                "run_attempt": job.run_attempt,
                 "runners_started": 0,
                 "runners_diverted": 0,
             }

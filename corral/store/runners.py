@@ -247,6 +247,7 @@ def apply(
     moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None]] = []
     diverted: Counter[int] = Counter()
     presumed: set[int] = set()
+    lost: dict[int, str] = {}
     for move in transitions:
         row = connection.execute(
             MOVE,
@@ -268,6 +269,8 @@ def apply(
             continue
         applied.append(to_runner(row))
         moves.append((move.runner.id, move.runner.state, move.target, move.reason, move.message))
+        if move.lost_job is not None:
+            lost[move.lost_job] = f"runner {move.runner.name}: {move.message or move.reason.value}"
         if move.diverted_job is not None:
             diverted[move.diverted_job] += 1
             if move.presumed_taken:
@@ -279,6 +282,10 @@ def apply(
         if job_id in presumed:
             counted["maybe_taken_at"] = now
         connection.execute(update(JOBS).where(JOBS.c.id == job_id).values(**counted))
+    for job_id, why in lost.items():
+        connection.execute(
+            update(JOBS).where(JOBS.c.id == job_id, JOBS.c.lost_at.is_(None)).values(lost_at=now, lost_reason=why)
+        )
     return applied
 
 

@@ -107,6 +107,7 @@ class Job(Base):
         Index("ix_jobs_runner_name", "runner_name"),
         Index("ix_jobs_received_at", "received_at"),
         Index("ix_jobs_started_at", "started_at"),
+        Index("ix_jobs_lost_at", "lost_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
@@ -140,6 +141,15 @@ class Job(Base):
     passes, the job gets no other runner."""
     checked_at: Mapped[datetime | None]
     """When GitHub was last asked whether this job is still queued."""
+    name: Mapped[str | None] = mapped_column(String(MAX_WORKFLOW_NAME))
+    """The job's name in its workflow: with `run_id`, what the attempts of one job share."""
+    run_attempt: Mapped[int | None] = mapped_column(Integer)
+    lost_at: Mapped[datetime | None]
+    """When corral saw the server of the runner running it die under it (`rerun_lost_jobs`)."""
+    lost_reason: Mapped[str | None] = mapped_column(Text)
+    rerun: Mapped[str | None] = mapped_column(String(200))
+    """What became of a lost job: see `corral.model.Job.rerun`."""
+    rerun_at: Mapped[datetime | None]
 
 
 class ScaleSetJob(Base):

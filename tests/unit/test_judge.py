@@ -10,6 +10,7 @@ when the run's settle time ran out.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import cast
 
@@ -21,7 +22,7 @@ from corral.engine.judge import RunnerJudge
 from corral.engine.running import Running
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
-from corral.model import Reason, Runner, RunnerState
+from corral.model import JobState, Reason, Runner, RunnerState
 from corral.policy import Verdict
 from corral.store.runners import RunnerAndJob
 
@@ -80,3 +81,32 @@ def test_a_runner_seen_online_for_the_first_time_ends_its_pools_backoff(verdict:
     transition = judge._transition(runner, RunnerAndJob(runner, 7, None), verdict)
     asyncio.run(judge._learn(cast(CorralConfig, None), transition))
     assert learned.online == ["small"]
+
+
+@pytest.mark.parametrize(
+    ("state", "verdict", "lost"),
+    [
+        (RunnerState.BUSY, Verdict(RunnerState.FAILED, Reason.SERVER_ERROR, "server in ERROR: host failed"), 9),
+        (RunnerState.BUSY, Verdict(RunnerState.FAILED, Reason.SERVER_VANISHED, "its server disappeared"), 9),
+        (RunnerState.BUSY, Verdict(RunnerState.FINISHED, Reason.RUNNER_EXITED, "server shut down"), None),
+        (RunnerState.IDLE, Verdict(RunnerState.FAILED, Reason.SERVER_ERROR, "server in ERROR: host failed"), None),
+    ],
+    ids=["busy, server in ERROR", "busy, server vanished", "busy, server SHUTOFF", "idle, server in ERROR"],
+)
+def test_a_job_is_marked_lost_only_when_its_busy_runners_server_died_under_it(
+    state: RunnerState, verdict: Verdict, lost: int | None
+) -> None:
+    """`rerun_lost_jobs` re-runs only on proof: the job table had job 9 running on this runner, and the look
+    saw its server go to ERROR or vanish. A SHUTOFF server is how a runner that finished looks too; an idle
+    runner ran no job."""
+    judge = RunnerJudge(
+        Running(cast(CorralConfig, None)),
+        cast(Mover, None),
+        cast(Supervisor, None),
+        cast(Creator, Learned()),
+        lambda after_s: None,
+    )
+    runner = replace(booting_runner(), state=state)
+    job_status = JobState.IN_PROGRESS if state is RunnerState.BUSY else None
+    transition = judge._transition(runner, RunnerAndJob(runner, 9 if job_status else None, job_status), verdict)
+    assert transition.lost_job == lost

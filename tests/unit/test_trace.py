@@ -158,13 +158,13 @@ def test_records_are_immutable() -> None:
         pytest.param(
             b'{"at": 1, "repo": "octo/app", "labels": ["x"], "duration": 1, "workflow": "CI"}',
             "line 2: workflow: unknown field; remove it or check its spelling "
-            "(a job has at, repo, labels, duration, workflow_name)",
+            "(a job has at, repo, labels, duration, workflow_name, conclusion)",
             id="unknown field",
         ),
         pytest.param(
             b'{"at": 1, "repo": "octo/app", "labels": ["x"], "duration": 1, "\\u001b[2J": 0}',
             "line 2: '\\x1b[2J': unknown field; remove it or check its spelling "
-            "(a job has at, repo, labels, duration, workflow_name)",
+            "(a job has at, repo, labels, duration, workflow_name, conclusion)",
             id="a terminal escape as a field name",
         ),
         pytest.param(
@@ -182,6 +182,12 @@ def test_records_are_immutable() -> None:
             "line 2: at: is an RFC 3339 time, but line 1 gave seconds from the trace's start; "
             "use one kind of `at` in the whole trace",
             id="mixed kinds of at",
+        ),
+        pytest.param(
+            b'{"at": 1, "repo": "octo/app", "labels": ["x"], "duration": 1, "conclusion": "flaky"}',
+            "line 2: conclusion: is 'flaky', not one of success, failure; "
+            'give "success" or "failure", or leave the field out (success)',
+            id="a conclusion GitHub has no job end with",
         ),
         pytest.param(
             b"\xff\xfe{}",
@@ -279,5 +285,12 @@ def test_each_job_is_a_job_of_the_sandboxs_trace_request() -> None:
     trace = read(b'{"at": 0, "repo": "octo/app", "labels": ["x"], "duration": 2.5, "workflow_name": "CI"}')
     request = TraceRequest.model_validate({"jobs": [job.request() for job in trace.jobs]})
     assert [job.model_dump() for job in request.jobs] == [
-        {"at": 0.0, "repo": "octo/app", "labels": ["x"], "duration": 2.5, "workflow_name": "CI"}
+        {
+            "at": 0.0,
+            "repo": "octo/app",
+            "labels": ["x"],
+            "duration": 2.5,
+            "workflow_name": "CI",
+            "conclusion": "success",
+        }
     ]
