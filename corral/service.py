@@ -20,6 +20,7 @@ from corral.engine.coordinator import Engine
 from corral.engine.operator import Operator
 from corral.github.client import GitHubClient
 from corral.store import Intake, ServeLock, Store
+from corral.tracing import JobTracing
 from corral.userdata import UserDataError, load_template
 
 logger = logging.getLogger("corral.service")
@@ -37,6 +38,7 @@ class Service:
         store: Store | None = None,
         replica: str | None = None,
     ) -> None:
+        tracing = JobTracing.from_environment()  # before anything starts: a refusal stops corral at once
         self.config_path = config_path
         self.serve_lock = ServeLock(config.database_url)
         self.serve_lock.acquire()
@@ -58,6 +60,7 @@ class Service:
             user_data_template=load_template(config.user_data_template),
             replica=self.replica,
             reload_config=self.reload,
+            tracing=tracing,
         )
         self.operator = Operator(self.engine)
         """What the API asks of the engine and does to it (and nothing else of it)."""

@@ -167,7 +167,15 @@ def test_the_sandbox_requires_this_corral_and_pins_what_it_imports_at_corrals_ve
     different = sorted(name for name, pin in pins.items() if runtime.get(name) != pin)
     assert not different, f"sandbox/pyproject.toml pins {different} otherwise than corral: use corral's pins"
     assert SANDBOX_PYPROJECT["build-system"] == PYPROJECT["build-system"]
-    assert "optional-dependencies" not in project and "optional-dependencies" not in PYPROJECT["project"]
+    assert "optional-dependencies" not in project, "the sandbox is a distribution of its own, not an extra"
+
+
+def test_corrals_one_extra_is_opentelemetry_locked_for_the_tests_and_kept_out_of_the_runtime_lock() -> None:
+    """`pip install 'corral[otel]'` for traces (corral.tracing); the tests install it, production may not."""
+    extras = PYPROJECT["project"].get("optional-dependencies", {})
+    assert set(extras) == {"otel"}
+    assert_locked(extras["otel"], DEV, "requirements/dev.txt")
+    assert not {parse_pin(pin).name for pin in extras["otel"]} & set(RUNTIME)
 
 
 def test_the_container_builds_from_corral_alone() -> None:

@@ -41,6 +41,8 @@ from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
 from corral.engine.deletes import RunnerDeletes
 from corral.engine.housekeeper import Housekeeper
+from corral.engine.job_traces import EVERY_S as TRACES_EVERY_S
+from corral.engine.job_traces import JobTraces
 from corral.engine.jobs import JobTracker
 from corral.engine.judge import RunnerJudge
 from corral.engine.leases import LeaseKeeper
@@ -66,6 +68,7 @@ from corral.github.client import GitHubClient
 from corral.model import IntakeResult
 from corral.store import Store, pools
 from corral.store.wakes import WakeListener
+from corral.tracing import JobTracing
 from corral.userdata import load_template
 
 logger = logging.getLogger("corral.engine")
@@ -90,8 +93,10 @@ class Engine:
         replica: str = "corral",
         reload_config: Callable[[], Awaitable[list[str]]] | None = None,
         executors: Executors = thread_pool,
+        tracing: JobTracing | None = None,
     ) -> None:
-        """`executors` makes the executors of blocking cloud calls: threads, or inline under `corral simulate`."""
+        """`executors` makes the executors of blocking cloud calls: threads, or inline under `corral simulate`;
+        `tracing`, where completed jobs' traces go (None: no traces, and no loop for them)."""
         self.running = Running(config, user_data_template or load_template(config.user_data_template))
         running = self.running
         self.store = store
@@ -114,6 +119,7 @@ class Engine:
             clock=clock,
         )
         self.mover = Mover(store, fence=self.leases.fence, clock=clock)
+        self.job_traces = JobTraces(store, tracing, self.leases, clock) if tracing is not None else None
         self.checker = PoolChecker(cloud, self._cloud_threads, self.log_once, clock.monotonic, running)
         self.rollouts = Rollouts(running, clock)
         self.workers = KeyedWorkers(lambda name: self.reconciler.reconcile_pool(name), clock)
@@ -318,6 +324,12 @@ class Engine:
             ),
             start_loop(self._every(ActionKind.PRUNE, housekeeper.prune, RETENTION_EVERY_S), "corral-prune"),
         ]
+        if self.job_traces is not None:
+            self._loops.append(
+                start_loop(
+                    self._every(ActionKind.JOB_TRACES, self.job_traces.send_completed, TRACES_EVERY_S), "corral-traces"
+                )
+            )
         if self.leases.enabled:
             # On SQLite one corral holds every pool and a lease tick does nothing: no loop for it (its ticks
             # were a twelfth of a simulated day's CPU).
@@ -347,6 +359,8 @@ class Engine:
             await self.leases.leave()
         self.creator.close()
         self._cloud_threads.shutdown(wait=False, cancel_futures=True)
+        if self.job_traces is not None:
+            self.job_traces.close()
 
     async def _lease_tick(self) -> None:
         """Renew, take and hand over pools; a pool taken over is checked against the cloud at once."""

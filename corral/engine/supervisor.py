@@ -31,6 +31,7 @@ class ActionKind(StrEnum):
     POOL_CHECK = "pool_check"
     OBSERVE = "observe"
     PRUNE = "prune"
+    JOB_TRACES = "job_traces"
     LEASES = "leases"
     SCALE_SET = "scale_set"
     RELOAD = "reload"

@@ -108,6 +108,7 @@ class Job(Base):
         Index("ix_jobs_received_at", "received_at"),
         Index("ix_jobs_started_at", "started_at"),
         Index("ix_jobs_lost_at", "lost_at"),
+        Index("ix_jobs_completed_at", "completed_at"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)

@@ -4,8 +4,9 @@ with their events (one read), and, while it waits, its pool's counts that can ho
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from sqlalchemy import Connection, and_, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, Connection, and_, func, or_, select, tuple_
 
 from corral.model import Job, JobState, PoolStatus, Runner, RunnerEvent, RunnerState
 from corral.store import jobs, pools, scaleset_jobs
@@ -82,3 +83,37 @@ def pool_facts(connection: Connection, job: Job, pool: str) -> PoolFacts:
         last_error=connection.execute(failed).scalar(),
         older_queued=int(connection.execute(older).scalar_one()),
     )
+
+
+def completed_since(connection: Connection, after: tuple[datetime, int], *, limit: int) -> list[JobRecord]:
+    """Jobs completed after `after` (GitHub's completion time, then the job id: a page's last), the earliest
+    first, each with its runners and their events (three reads for a page): what `corral.tracing` sends."""
+    query = (
+        select(*jobs.COLUMNS)
+        .where(
+            JOBS.c.status == JobState.COMPLETED.value,
+            JOBS.c.completed_at >= after[0],
+            tuple_(JOBS.c.completed_at, JOBS.c.id) > tuple_(*after),
+        )
+        .order_by(JOBS.c.completed_at, JOBS.c.id)
+        .limit(limit)
+    )
+    found = [jobs.to_job(row) for row in connection.execute(query)]
+    if not found:
+        return []
+    ids = [job.id for job in found]
+    names = [job.runner_name for job in found if job.runner_name]
+    mine: ColumnElement[bool] = RUNNERS.c.job_id.in_(ids)
+    if names:
+        mine = or_(mine, RUNNERS.c.name.in_(names))
+    ordered = select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at)
+    runners = [to_runner(row) for row in connection.execute(ordered)]
+    events = events_of(connection, [runner.id for runner in runners]) if runners else []
+    by_runner: dict[str, list[RunnerEvent]] = {}
+    for event in events:
+        by_runner.setdefault(event.runner_id, []).append(event)
+    records = []
+    for job in found:
+        own = [runner for runner in runners if runner.job_id == job.id or runner.name == job.runner_name]
+        records.append(JobRecord(job, own, [event for runner in own for event in by_runner.get(runner.id, [])]))
+    return records

@@ -1,5 +1,6 @@
 """Jobs lost with their runner's server, and their re-runs (`rerun_lost_jobs`): the job's name and attempt
-(what a job's re-runs share), when and why corral saw it lost, and what it did about it.
+(what a job's re-runs share), when and why corral saw it lost, and what it did about it; and an index of
+completion times, for the jobs' traces.
 
 Revision ID: 0016
 Revises: 0015
@@ -28,10 +29,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("rerun", sa.String(200), nullable=True))
         batch.add_column(sa.Column("rerun_at", corral.store.schema.UTCDateTime(timezone=True), nullable=True))
         batch.create_index("ix_jobs_lost_at", ["lost_at"])
+        # the jobs completed since a moment, for their traces (`corral.tracing`)
+        batch.create_index("ix_jobs_completed_at", ["completed_at"])
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_index("ix_jobs_completed_at")
         batch.drop_index("ix_jobs_lost_at")
         for column in ("rerun_at", "rerun", "lost_reason", "lost_at", "run_attempt", "name"):
             batch.drop_column(column)
