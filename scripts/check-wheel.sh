@@ -69,11 +69,16 @@ def check(wheel: Path, package: Path, project: Path) -> None:
     metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
     lines = metadata.splitlines()
     requires = sorted(line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:"))
-    declared = sorted(tomllib.loads(project.read_text())["project"]["dependencies"])
+    table = tomllib.loads(project.read_text())["project"]
+    extras = table.get("optional-dependencies", {})
+    declared = sorted([*table["dependencies"], *(f'{pin}; extra == "{name}"' for name, pins in extras.items()
+                                                   for pin in pins)])
     if requires != declared:
-        problems.append(f"{wheel.name}: Requires-Dist {requires} is not [project].dependencies {declared}")
-    problems.extend(f"{wheel.name}: METADATA offers an extra: {line}" for line in lines
-                    if line.startswith("Provides-Extra:"))
+        problems.append(f"{wheel.name}: Requires-Dist {requires} is not [project]'s dependencies and extras "
+                        f"{declared}")
+    offered = sorted(line.split(":", 1)[1].strip() for line in lines if line.startswith("Provides-Extra:"))
+    if offered != sorted(extras):
+        problems.append(f"{wheel.name}: METADATA offers the extras {offered}, not [project]'s {sorted(extras)}")
     print(f"   {wheel.name}: {len(names)} files, {len(requires)} requirements")
 
 
