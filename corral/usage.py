@@ -13,6 +13,8 @@ reads the rows.
   `until` (or now).
 - **Jobs** are the jobs that started in the window, grouped the same way (by the pool they matched), with
   their mean wait from queued to started.
+- **Lost** are the jobs whose runner's server died under them in the window (corral saw it), and **re-runs**
+  those corral asked GitHub to run again in the window (`rerun_lost_jobs`), grouped the same way.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ class StartedJob:
     started_at: datetime
 
 
+@dataclass(frozen=True)
+class LostJob:
+    """A job lost with its runner's server: when corral saw it, and when it re-ran it (None: it did not)."""
+
+    pool: str | None
+    repository: str
+    workflow: str | None
+    lost_at: datetime
+    rerun_at: datetime | None
+
+
 @dataclass
 class UsageRow:
     key: dict[str, str]
@@ -65,6 +78,10 @@ class UsageRow:
     """Runners with any time in the window."""
     jobs: int = 0
     """Jobs that started in the window."""
+    lost: int = 0
+    """Jobs lost with their runner's server in the window."""
+    reruns: int = 0
+    """Jobs corral re-ran in the window (`rerun_lost_jobs`)."""
     queue_s_total: float = field(default=0.0, repr=False)
     queued_jobs: int = field(default=0, repr=False)
 
@@ -98,6 +115,7 @@ def account(
     since: datetime,
     until: datetime,
     group_by: Sequence[Dimension],
+    lost: Iterable[LostJob] = (),
 ) -> list[UsageRow]:
     """Usage in `[since, until)`, one row per group, sorted by group."""
     rows: dict[tuple[str, ...], UsageRow] = {}
@@ -126,4 +144,11 @@ def account(
         if job.queued_at is not None:
             row.queue_s_total += max((job.started_at - job.queued_at).total_seconds(), 0.0)
             row.queued_jobs += 1
+    for gone in lost:
+        in_window = since <= gone.lost_at < until
+        rerun = gone.rerun_at is not None and since <= gone.rerun_at < until
+        if in_window or rerun:
+            row = row_for(gone.pool, gone.repository, gone.workflow)
+            row.lost += in_window
+            row.reruns += rerun
     return [rows[key] for key in sorted(rows)]

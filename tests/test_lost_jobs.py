@@ -60,8 +60,11 @@ def test_every_attempt_lost_with_its_server_is_rerun_once_and_no_job_that_failed
     lost = [job for job in firsts if job["runner_lost"]]
     failed_alone = [job for job in firsts if job["conclusion"] == "failure" and not job["runner_lost"]]
     assert lost and failed_alone, "the seed gives both kinds"
-    with corral.api() as api:  # what `corral why` and the dashboard show of each
+    with corral.api() as api:  # what `corral why` and the dashboard show of each, and the usage accounting
         stories = {job["id"]: api.get(f"/api/v1/jobs/{job['id']}").raise_for_status().json() for job in lost}
+        (usage,) = api.get("/api/v1/usage").raise_for_status().json()["rows"]  # the last day, by pool
+    every_lost = [job for job in jobs if job["runner_lost"]]
+    assert (usage["pool"], usage["lost"], usage["reruns"]) == ("small", len(every_lost), len(lost))
     for first in firsts:
         runs = attempts[first["run_id"]]
         if first["runner_lost"]:

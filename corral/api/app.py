@@ -192,12 +192,14 @@ def build_app(service: Service) -> FastAPI:
         until: Annotated[datetime | None, Query(description="end of the window, exclusive (default: now)")] = None,
         group_by: Annotated[str, Query(description="comma-separated: pool, repository, workflow")] = "pool",
     ) -> UsageView:
-        """Runner-seconds (boot, idle, busy), runners, jobs started and their mean queue time, per group."""
+        """Runner-seconds (boot, idle, busy), runners, jobs started and their mean queue time, jobs lost with their
+        server and re-run, per group."""
         window = usage_window(since, until)
         dimensions = usage_dimensions(group_by)
         runners = await service.store.run(store_usage.histories, since=window[0], until=window[1])
         started = await service.store.run(store_usage.started_jobs, since=window[0], until=window[1])
-        rows = account(runners, started, since=window[0], until=window[1], group_by=dimensions)
+        lost = await service.store.run(store_usage.lost_jobs, since=window[0], until=window[1])
+        rows = account(runners, started, since=window[0], until=window[1], group_by=dimensions, lost=lost)
         return UsageView.of(rows, window[0], window[1], list(dimensions))
 
     @app.post("/api/v1/reload", tags=["actions"], dependencies=admin)

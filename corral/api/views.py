@@ -417,6 +417,10 @@ class UsageRowView(BaseModel):
     """Jobs that started in the window (by the pool they matched)."""
     mean_queue_s: float | None
     """Their mean wait from queued to started."""
+    lost: int = 0
+    """Jobs lost with their runner's server in the window."""
+    reruns: int = 0
+    """Jobs corral re-ran in the window (`rerun_lost_jobs`)."""
 
 
 class UsageView(BaseModel):
@@ -441,6 +445,8 @@ class UsageView(BaseModel):
                     runners=row.runners,
                     jobs=row.jobs,
                     mean_queue_s=None if row.mean_queue_s is None else round(row.mean_queue_s, 3),
+                    lost=row.lost,
+                    reruns=row.reruns,
                 )
                 for row in rows
             ],

@@ -1,5 +1,6 @@
-"""`corral usage`: runner-seconds (boot, idle, busy), jobs and mean queue time per pool, repository or
-workflow over a window, as a table, JSON or CSV (for a spreadsheet or a chargeback script).
+"""`corral usage`: runner-seconds (boot, idle, busy), jobs and mean queue time, jobs lost with their server and
+re-run, per pool, repository or workflow over a window, as a table, JSON or CSV (for a spreadsheet or a
+chargeback script).
 
 `--since`/`--until` take an ISO 8601 time or a duration back from now (`24h`, `7d`); the API does the
 accounting (`GET /api/v1/usage`, see `corral.usage`).
@@ -15,7 +16,7 @@ from corral.commands.client import common_options, request
 from corral.commands.moments import moment
 from corral.commands.output import emit
 
-NUMBERS = ["boot_s", "idle_s", "busy_s", "runner_s", "runners", "jobs", "mean_queue_s"]
+NUMBERS = ["boot_s", "idle_s", "busy_s", "runner_s", "runners", "jobs", "mean_queue_s", "lost", "reruns"]
 
 
 def add_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -221,7 +221,7 @@ class Housekeeper:
         changed = await self.jobs.upkeep(self.running.config)
         for pool in changed:
             self.workers.wake(pool)
-        if self.jobs.lost_waiting:
+        if self.jobs.lost.waiting:
             self.ask_github_in(self.running.config.tuning.lost_job_recheck)
 
     async def prune(self) -> None:

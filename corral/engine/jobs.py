@@ -6,26 +6,27 @@ Three duties, all run periodically beside the passes and never from the webhook 
   leave a job running for ever;
 - find jobs whose webhook never arrived: with a GitHub App, ask GitHub to redeliver its failed
   deliveries; with a token, list the queued runs of the repositories corral knows about;
-- re-run the jobs lost with their runner's server (`rerun_lost_jobs`), once GitHub has failed them.
+- re-run the jobs lost with their runner's server (`rerun_lost_jobs`), once GitHub has failed them
+  (`engine.reruns`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from datetime import datetime, timedelta
 
 from corral.clock import SYSTEM_CLOCK, ClockLike, as_clock
 from corral.config import CorralConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
+from corral.engine.reruns import LostJobs
 from corral.engine.supervisor import ActionKind
 from corral.github.client import GitHubClient, GitHubError
-from corral.metrics import ACTION_ERRORS, GITHUB_ERRORS, JOBS_RECOVERED, JOBS_RERUN
+from corral.metrics import ACTION_ERRORS, GITHUB_ERRORS, JOBS_RECOVERED
 from corral.model import Delivery, Job, JobState, JobUpdate
 from corral.outages import log_unexpected
 from corral.policy import match_pool
-from corral.store import Store, redeliveries, reruns
+from corral.store import Store, redeliveries
 from corral.store import jobs as store_jobs
 
 logger = logging.getLogger("corral.jobs")
@@ -35,10 +36,6 @@ REDELIVERY_OVERLAP = timedelta(minutes=5)
 MAX_REDELIVERIES = 5
 REDELIVERY_WINDOW = timedelta(hours=1)
 GITHUB_JOB_STATES = {"completed": JobState.COMPLETED, "in_progress": JobState.IN_PROGRESS}
-LOST_JOBS_PER_UPKEEP = 50
-RETRY_LATER = frozenset({403, 409, 429})
-"""GitHub's answers to a re-run that may succeed later: 403 while other jobs of its run still run (a run is
-re-run only once completed), 409, and a rate limit. Any other 4xx is final; a 5xx or no answer, retried."""
 
 
 class JobTracker:
@@ -49,8 +46,8 @@ class JobTracker:
         self.clock = as_clock(clock)
         self._next_scan = 0.0
         self._last_delivery_scan: datetime | None = None
-        self.lost_waiting = False
-        """Some lost job is waiting for GitHub to fail it (or its run to complete): ask again soon."""
+        self.lost = LostJobs(store, github, log_once, self.clock, self.scope_for)
+        """The third duty: re-running the jobs lost with their runner's server."""
 
     def scope_for(self, config: CorralConfig, pool: str | None, repository: str) -> ScopeConfig:
         """Whose credentials to ask about a repository's job: its pool's scope, else the repository."""
@@ -61,82 +58,8 @@ class JobTracker:
     async def upkeep(self, config: CorralConfig) -> set[str]:
         """The three duties; returns the pools whose demand changed, to be scaled again."""
         changed = await self.verify_stale(config) | await self.recover_missed(config)
-        await self.rerun_lost(config)
+        await self.lost.decide(config)
         return changed
-
-    async def rerun_lost(self, config: CorralConfig) -> None:
-        """Decide about each lost job: re-run it if GitHub failed it and its pool allows another re-run, else
-        say why not (`jobs.rerun`). Sets `lost_waiting` when one waits on GitHub."""
-        lost = await self.store.run(reruns.undecided, limit=LOST_JOBS_PER_UPKEEP)
-        waiting = False
-        for job in lost:
-            try:
-                waiting |= not await self._decide(config, job)
-            except Exception:
-                log_unexpected(
-                    logger,
-                    "re-running lost job %d failed unexpectedly; trying again later",
-                    job.id,
-                    counted=ACTION_ERRORS.labels(ActionKind.JOB_UPKEEP.value),
-                )
-                waiting = True
-        self.lost_waiting = waiting
-
-    async def _decide(self, config: CorralConfig, job: Job) -> bool:
-        """One lost job: True once decided, False while it waits on GitHub."""
-        pool = config.pools.get(job.pool) if job.pool is not None else None
-        allowed = pool.rerun_lost_jobs if pool is not None else 0
-        if allowed == 0:
-            return await self._settle(job, "off", "off")
-        scope = self.scope_for(config, job.pool, job.repository)
-        if job.status is not JobState.COMPLETED:
-            status = await self.github.get_job(scope, job.repository, job.id)
-            if status.status != "completed":
-                return False  # GitHub has not given up on its runner yet
-            job = dataclasses.replace(job, status=JobState.COMPLETED, conclusion=status.conclusion)
-            await self.store.run(
-                store_jobs.checked,
-                job.id,
-                status=JobState.COMPLETED,
-                conclusion=status.conclusion,
-                completed_at=status.completed_at,
-                now=self.clock.now(),
-            )
-        if job.conclusion != "failure":
-            return await self._settle(job, "not failed", "not_failed")
-        done = await self.store.run(reruns.reruns_of, job)
-        if done >= allowed:
-            return await self._settle(job, "limit", "limit")
-        if not await self.store.run(reruns.claim, job.id, now=self.clock.now()):
-            return True  # another replica has it
-        try:
-            await self.github.rerun_job(scope, job.repository, job.id)
-        except GitHubError as exc:
-            GITHUB_ERRORS.labels(type(exc).__name__).inc()
-            if exc.status is None or exc.status >= 500 or exc.status in RETRY_LATER:
-                await self.store.run(reruns.release, job.id)
-                self.log_once.warning("jobs:rerun", f"cannot re-run lost job {job.id} yet: {exc}")
-                return False
-            return await self._settle(job, f"refused: {exc}", "refused")
-        await self.store.run(reruns.decide, job.id, reruns.REQUESTED)
-        JOBS_RERUN.labels(job.pool or "", "rerun").inc()
-        logger.info(
-            "job %d of %s lost with its server (%s): re-run (%d of at most %d)",
-            job.id,
-            job.repository,
-            job.lost_reason,
-            done + 1,
-            allowed,
-            extra={"job": job.id, "pool": job.pool},
-        )
-        return True
-
-    async def _settle(self, job: Job, outcome: str, counted: str) -> bool:
-        """A lost job that is not re-run, and why."""
-        await self.store.run(reruns.decide, job.id, outcome)
-        JOBS_RERUN.labels(job.pool or "", counted).inc()
-        logger.info("job %d lost with its server (%s): not re-run: %s", job.id, job.lost_reason, outcome)
-        return True
 
     async def verify_stale(self, config: CorralConfig) -> set[str]:
         """Ask GitHub about old queued jobs, and about running jobs whose runner is gone; returns the pools

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, case, func, or_, select
 
 from corral.model import RunnerState
 from corral.store import scaleset_jobs
+from corral.store.reruns import REQUESTED
 from corral.store.schema import JOBS, RUNNERS, SCALE_SET_JOBS
 from corral.store.schema import RUNNER_EVENTS as EVENTS
-from corral.usage import RunnerHistory, StartedJob
+from corral.usage import LostJob, RunnerHistory, StartedJob
 
 CHUNK = 500
 
@@ -61,3 +62,17 @@ def started_jobs(connection: Connection, *, since: datetime, until: datetime) ->
     )
     rows = list(connection.execute(query)) + scaleset_jobs.started_between(connection, since=since, until=until)
     return [StartedJob(*row) for row in rows]
+
+
+def lost_jobs(connection: Connection, *, since: datetime, until: datetime) -> list[LostJob]:
+    """Jobs lost with their runner's server, or re-run by corral, in the window (by the pool they matched)."""
+    lost_in = and_(JOBS.c.lost_at >= since, JOBS.c.lost_at < until)
+    rerun_in = and_(JOBS.c.rerun == REQUESTED, JOBS.c.rerun_at >= since, JOBS.c.rerun_at < until)
+    query = select(
+        JOBS.c.pool,
+        JOBS.c.repository,
+        JOBS.c.workflow,
+        JOBS.c.lost_at,
+        case((JOBS.c.rerun == REQUESTED, JOBS.c.rerun_at), else_=None),
+    ).where(JOBS.c.lost_at.is_not(None), or_(lost_in, rerun_in))
+    return [LostJob(*row) for row in connection.execute(query)]
