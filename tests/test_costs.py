@@ -60,27 +60,28 @@ def record(store: Store, deliveries: list[Delivery]) -> list[DeliveryOutcome]:
 
 
 @pytest.mark.parametrize("batch", [1, 10, 500, 1000])
-def test_webhook_intake_costs_three_statements_per_group_of_up_to_500(store: Store, batch: int) -> None:
+def test_webhook_intake_costs_two_statements_per_group_of_up_to_500(store: Store, batch: int) -> None:
     counter = StatementCounter(store.engine)
     queued = [delivery(job_id, JobState.QUEUED) for job_id in range(1, batch + 1)]
     groups = -(-batch // 500)  # `tuning.intake_group`: 500 deliveries per transaction at most
     with counter.counting():
         assert record(store, queued) == [DeliveryOutcome.RECORDED] * batch
-    # Per group: which delivery ids are known (SELECT deliveries), the new ones (INSERT deliveries, one
-    # executemany), the jobs they carry (INSERT jobs ... ON CONFLICT DO UPDATE, one executemany).
-    expected = {"SELECT deliveries": groups, "INSERT deliveries": groups, "INSERT jobs": groups}
+    # Per group: the deliveries, each known id left out (INSERT deliveries ... ON CONFLICT DO NOTHING
+    # RETURNING id: which were new, in one statement), the jobs they carry (INSERT jobs ... ON CONFLICT DO
+    # UPDATE, one executemany). Until 2026-12-06 a SELECT deliveries came first: three a group.
+    expected = {"INSERT deliveries": groups, "INSERT jobs": groups}
     assert dict(counter.kinds) == expected, counter.texts
 
     taken = [delivery(job_id, JobState.IN_PROGRESS, f"runner-{job_id}") for job_id in range(1, batch + 1)]
     with counter.counting():
         assert record(store, taken) == [DeliveryOutcome.RECORDED] * batch
-    # The same three, and the pools of the runners the jobs name (SELECT runners), to wake them too.
+    # The same two, and the pools of the runners the jobs name (SELECT runners), to wake them too.
     assert dict(counter.kinds) == {**expected, "SELECT runners": groups}, counter.texts
 
     with counter.counting():
         assert record(store, queued) == [DeliveryOutcome.DUPLICATE] * batch
-    # A redelivery costs only the look-up that finds it known.
-    assert dict(counter.kinds) == {"SELECT deliveries": groups}, counter.texts
+    # A redelivery costs only the insert that finds it known.
+    assert dict(counter.kinds) == {"INSERT deliveries": groups}, counter.texts
 
 
 def quiet_corral(

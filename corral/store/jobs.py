@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, case, func, insert, select, update
+from sqlalchemy import Connection, Select, bindparam, case, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, Job, JobState, JobUpdate, QueuedJob, RunnerState
@@ -177,8 +177,17 @@ def _upsert(connection: Connection, updates: Sequence[JobUpdate], sources: dict[
     )
 
 
-_KNOWN_DELIVERIES = select(DELIVERIES.c.id).where(DELIVERIES.c.id.in_(bindparam("ids", expanding=True)))
-_NEW_DELIVERY = insert(DELIVERIES)
+@functools.cache
+def _new_deliveries_statement(dialect_name: str) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING RETURNING id, built once per dialect: one statement both records the
+    new deliveries and says which were new (a known id returns nothing), where a look-up and an insert were
+    two. Two replicas taking the same delivery at once: one records it, the other sees it known."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
+    return (
+        dialect.insert(DELIVERIES).on_conflict_do_nothing(index_elements=[DELIVERIES.c.id]).returning(DELIVERIES.c.id)
+    )
+
+
 _POOLS_OF_RUNNERS = select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(bindparam("names", expanding=True)))
 """Built once, as the upsert is: every webhook runs them."""
 
@@ -189,24 +198,21 @@ def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datet
     The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
     pool (a runner of one pool may take a job matched to another). `now` stamps the rows (the caller's clock).
     """
-    ids = [d.id for d in deliveries if d.id is not None]
-    known: set[str] = set()
-    for start in range(0, len(ids), IN_CLAUSE_CHUNK):
-        chunk = ids[start : start + IN_CLAUSE_CHUNK]
-        known.update(connection.execute(_KNOWN_DELIVERIES, {"ids": chunk}).scalars())
+    first: dict[str, Delivery] = {}
+    for delivery in deliveries:
+        if delivery.id is not None:
+            first.setdefault(delivery.id, delivery)
+    rows = [{"id": d.id, "event": d.event, "action": d.action, "received_at": now} for d in first.values()]
+    new = set(connection.execute(_new_deliveries_statement(connection.dialect.name), rows).scalars()) if rows else set()
     outcomes: list[DeliveryOutcome] = []
     fresh: list[Delivery] = []
     for delivery in deliveries:
-        if delivery.id is not None and delivery.id in known:
+        # Recorded: one without an id (not de-duplicated), or the first of an id the insert found new.
+        if delivery.id is not None and (delivery.id not in new or first[delivery.id] is not delivery):
             outcomes.append(DeliveryOutcome.DUPLICATE)
             continue
-        if delivery.id is not None:
-            known.add(delivery.id)
         outcomes.append(DeliveryOutcome.RECORDED)
         fresh.append(delivery)
-    rows = [{"id": d.id, "event": d.event, "action": d.action, "received_at": now} for d in fresh if d.id is not None]
-    if rows:
-        connection.execute(_NEW_DELIVERY, rows)
     merged: dict[int, JobUpdate] = {}
     sources: dict[int, str] = {}
     for delivery in fresh:
