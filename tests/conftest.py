@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from types import CodeType
@@ -89,19 +88,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     `no_cover` stopped its coverage and another tracer took over at once (coverage's collectors are a stack:
     stopping one resumes the one below), so the test was traced all the same. This runs inside pytest-cov's
     wrapper (`trylast`) and takes off whatever tracer is left: the min_idle auto proof took 69 CPU-s in a
-    worker, 40 with this (37 in a process of its own; measured 2026-12-05). The threads the test starts are
-    not traced either (coverage's hook for new threads is taken off too); the session's sandbox, started
-    before, still is."""
+    worker, 40 with this (37 in a process of its own; measured 2026-12-05). Such a test starts no thread of
+    its own, so its one thread is enough."""
     if item.get_closest_marker("no_cover") is None:
         return (yield)
-    tracer, for_threads = sys.gettrace(), threading.gettrace()
+    tracer = sys.gettrace()
     sys.settrace(None)
-    threading.settrace(None)
     try:
         return (yield)
     finally:
         sys.settrace(tracer)
-        threading.settrace(for_threads)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -137,9 +137,6 @@ def close(real: float, simulated: float) -> bool:
 
 @pytest.mark.long
 @pytest.mark.waits
-# Not traced: its real run's corral ran with coverage's tracing beside five workers, on two cores, and the
-# tracing's CPU was a part of the delays it measures (the code is covered by the end-to-end tests).
-@pytest.mark.no_cover
 def test_a_trace_served_for_real_and_simulated_gives_the_same_waits_and_runner_hours(
     sandbox: Sandbox, control: httpx.Client, tmp_path: Path
 ) -> None:
