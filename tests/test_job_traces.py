@@ -3,7 +3,6 @@ it served, a `job` span with the job's attributes and the stages corral saw as i
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -11,6 +10,7 @@ import pytest
 
 from corral.model import JobState
 from tests.conftest import StartCorral
+from tests.unit.test_job_spans import console_spans
 from tests.waiting import wait_until
 
 
@@ -52,12 +52,3 @@ def test_each_job_served_gets_a_trace_on_the_console(
         # Each job had a runner started for it (no warm ones): every stage, the job's run last.
         assert sorted(names) == sorted(["queue", "server.create", "server.boot", "runner.online", "job.run"])
         assert all(span["context"]["trace_id"] == root["context"]["trace_id"] for span in children)
-
-
-def console_spans(out: str) -> list[dict[str, Any]]:
-    """The spans the console exporter printed: JSON objects one after another (other output skipped)."""
-    decoder, spans, position = json.JSONDecoder(), [], 0
-    while (start := out.find('{\n    "name"', position)) != -1:
-        span, position = decoder.raw_decode(out, start)
-        spans.append(span)
-    return spans

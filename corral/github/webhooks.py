@@ -170,22 +170,14 @@ def _runner_name(value: object) -> str | None:
     return value
 
 
-def _workflow(value: object) -> str | None:
-    """The workflow's name, for usage accounting: optional (older GitHub Enterprise Server versions do not
-    send it), kept to the column's length; a name is free text, so a long one is cut, not refused."""
+def _name(value: object, field: str) -> str | None:
+    """A name given as free text, optional, kept to the column's length: a long one is cut, not refused. The
+    workflow's (`workflow_name`, for usage accounting; older GitHub Enterprise Server versions do not send
+    it) and the job's in its workflow (`name`, what a job's re-runs share)."""
     if value is None:
         return None
     if not isinstance(value, str):
-        raise MalformedPayload(f"workflow_job.workflow_name is not a string: {clipped(value)}")
-    return value[:MAX_WORKFLOW_NAME] or None
-
-
-def _job_name(value: object) -> str | None:
-    """The job's name in its workflow (what its re-runs share): free text, cut to the column's length."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise MalformedPayload(f"workflow_job.name is not a string: {clipped(value)}")
+        raise MalformedPayload(f"workflow_job.{field} is not a string: {clipped(value)}")
     return value[:MAX_WORKFLOW_NAME] or None
 
 
@@ -232,7 +224,7 @@ def parse_workflow_job(payload: object) -> WorkflowJobEvent:
         queued_at=_time(job.get("created_at"), "workflow_job.created_at"),
         started_at=_time(job.get("started_at"), "workflow_job.started_at"),
         completed_at=_time(job.get("completed_at"), "workflow_job.completed_at"),
-        workflow=_workflow(job.get("workflow_name")),
-        name=_job_name(job.get("name")),
+        workflow=_name(job.get("workflow_name"), "workflow_name"),
+        name=_name(job.get("name"), "name"),
         run_attempt=_attempt(job.get("run_attempt")),
     )

@@ -194,9 +194,9 @@ def test_the_console_exporter_prints_the_jobs_spans_with_their_times(capfd: pyte
 
 
 def console_spans(out: str) -> list[dict[str, Any]]:
-    """The spans the console exporter printed: JSON objects one after another."""
+    """The spans the console exporter printed: JSON objects one after another (other output skipped)."""
     decoder, spans, position = json.JSONDecoder(), [], 0
-    while (start := out.find("{", position)) != -1:
+    while (start := out.find('{\n    "name"', position)) != -1:
         span, position = decoder.raw_decode(out, start)
         spans.append(span)
     return spans
