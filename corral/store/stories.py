@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, and_, func, or_, select, tuple_
+from sqlalchemy import Connection, and_, func, or_, select, tuple_
 
 from corral.model import Job, JobState, PoolStatus, Runner, RunnerEvent, RunnerState
 from corral.store import jobs, pools, scaleset_jobs
@@ -43,14 +43,32 @@ def job_record(connection: Connection, job_id: int, *, scale_set: bool = False) 
     if job is None:
         return None
     # A scale-set job's runner is whichever idle one GitHub handed it: only its name links them.
-    mine = RUNNERS.c.name == job.runner_name if scale_set else RUNNERS.c.job_id == job_id
-    if job.runner_name and not scale_set:
-        mine = or_(mine, RUNNERS.c.name == job.runner_name)
-    runners = [
-        to_runner(row) for row in connection.execute(select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at))
-    ]
+    return _with_runners(connection, [job], started_for=not scale_set)[0]
+
+
+def _with_runners(connection: Connection, found: list[Job], *, started_for: bool = True) -> list[JobRecord]:
+    """Each job with the runners that ran it (by name) or, `started_for`, were started for it, and their
+    events, in order: two reads for them all."""
+    ids = [job.id for job in found] if started_for else []
+    names = [job.runner_name for job in found if job.runner_name]
+    if not ids and not names:
+        return [JobRecord(job) for job in found]
+    mine = or_(RUNNERS.c.job_id.in_(ids), RUNNERS.c.name.in_(names))
+    ordered = select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at)
+    runners = [to_runner(row) for row in connection.execute(ordered)]
     events = events_of(connection, [runner.id for runner in runners]) if runners else []
-    return JobRecord(job, runners, events)
+    by_runner: dict[str, list[RunnerEvent]] = {}
+    for event in events:
+        by_runner.setdefault(event.runner_id, []).append(event)
+    records = []
+    for job in found:
+        own = [
+            runner
+            for runner in runners
+            if (started_for and runner.job_id == job.id) or (job.runner_name and runner.name == job.runner_name)
+        ]
+        records.append(JobRecord(job, own, [event for runner in own for event in by_runner.get(runner.id, [])]))
+    return records
 
 
 def pool_facts(connection: Connection, job: Job, pool: str) -> PoolFacts:
@@ -99,21 +117,4 @@ def completed_since(connection: Connection, after: tuple[datetime, int], *, limi
         .limit(limit)
     )
     found = [jobs.to_job(row) for row in connection.execute(query)]
-    if not found:
-        return []
-    ids = [job.id for job in found]
-    names = [job.runner_name for job in found if job.runner_name]
-    mine: ColumnElement[bool] = RUNNERS.c.job_id.in_(ids)
-    if names:
-        mine = or_(mine, RUNNERS.c.name.in_(names))
-    ordered = select(*COLUMNS).where(mine).order_by(RUNNERS.c.created_at)
-    runners = [to_runner(row) for row in connection.execute(ordered)]
-    events = events_of(connection, [runner.id for runner in runners]) if runners else []
-    by_runner: dict[str, list[RunnerEvent]] = {}
-    for event in events:
-        by_runner.setdefault(event.runner_id, []).append(event)
-    records = []
-    for job in found:
-        own = [runner for runner in runners if runner.job_id == job.id or runner.name == job.runner_name]
-        records.append(JobRecord(job, own, [event for runner in own for event in by_runner.get(runner.id, [])]))
-    return records
+    return _with_runners(connection, found) if found else []
