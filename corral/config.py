@@ -264,6 +264,42 @@ class SharedVolumeConfig(VolumeConfig):
     propagation: list[str] = Field(default_factory=lambda: ["all"], min_length=1)
 
 
+CACHE_MOUNT_PATTERN = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+RUNNER_HOME = "/opt/actions-runner"
+"""Where the default user data installs the runner: its work directory and credentials live under it."""
+
+
+class CacheVolumesConfig(StrictModel):
+    """Cinder volumes a pool keeps and hands to its new servers, one each, to start warm (issue: cache volumes).
+
+    A volume outlives the server it was attached to and goes to the pool's next one: whatever the jobs leave
+    under `mount` (container images, a tool cache) the next job finds. Never the runner's work directory or
+    credentials: `mount` may not hold or be held by the runner's home."""
+
+    size_gb: int = Field(ge=1, le=65_536)
+    max: int = Field(ge=1, le=1_000)
+    """The most volumes the pool ever keeps; a new server finding none free and the pool at `max` boots
+    without one (a job never waits for a cache)."""
+    mount: str = "/var/lib/corral-cache"
+    type: str | None = None
+
+    @field_validator("mount")
+    @classmethod
+    def mount_is_safe(cls, mount: str) -> str:
+        if not CACHE_MOUNT_PATTERN.match(mount) or "/../" in f"{mount}/" or "/./" in f"{mount}/":
+            raise ValueError(
+                "give an absolute path of letters, digits, '.', '_' and '-' (for example /var/lib/corral-cache)"
+            )
+        if mount.startswith(f"{RUNNER_HOME}/") or f"{RUNNER_HOME}/".startswith(f"{mount}/"):
+            raise ValueError(
+                f"the runner's home {RUNNER_HOME} holds its work directory and credentials, which must not outlive "
+                "a job: mount the cache outside it (for example /var/lib/corral-cache)"
+            )
+        if mount in ("/etc", "/usr", "/bin", "/sbin", "/lib", "/boot", "/dev", "/proc", "/sys", "/root", "/home"):
+            raise ValueError(f"{mount} is part of the system: mount the cache on a path of its own")
+        return mount
+
+
 class IdleWindowConfig(StrictModel):
     """A window of warm runners: opened at each time `cron` names, open for `duration`."""
 
@@ -486,6 +522,8 @@ class PoolConfig(StrictModel):
     boot_volume_gb: int | None = Field(default=None, ge=1, le=65_536)
     boot_volume_type: str | None = None
     extra_volumes: list[VolumeConfig] = Field(default_factory=list)
+    cache_volumes: CacheVolumesConfig | None = None
+    """Volumes kept between the pool's runners, one attached to each new server while one is free."""
     metadata: dict[str, str] = Field(default_factory=dict)
     placements: list[PlacementConfig] = Field(default_factory=list, max_length=16)
     """Where its servers are made, in order of preference: the first that has quota headroom, has not failed
@@ -964,6 +1002,8 @@ class CorralConfig(StrictModel):
                     pool=name,
                     labels=list(pool.labels),
                     runner_download_url=self.runner_download_url,
+                    cache_volume="0" * 36 if pool.cache_volumes else "",
+                    cache_mount=pool.cache_volumes.mount if pool.cache_volumes else "",
                 )
             except UserDataError as exc:
                 sample = f"{SAMPLE_JIT_CONFIG_LENGTH:,}-character JIT config"
@@ -979,7 +1019,9 @@ class CorralConfig(StrictModel):
 
     def uses_volumes(self) -> bool:
         """Whether any pool boots from a volume or has extra ones: then Cinder is needed, and its quota read."""
-        return any(self.volumes_for(name) or pool.boot_volume_gb for name, pool in self.pools.items())
+        return any(
+            self.volumes_for(name) or pool.boot_volume_gb or pool.cache_volumes for name, pool in self.pools.items()
+        )
 
     def volumes_for(self, pool_name: str) -> list[VolumeConfig]:
         """A pool's own extra volumes plus the shared ones propagated to it (the pool's own win on a name)."""

@@ -192,6 +192,18 @@ JOBS_RERUN = Counter(
     ["pool", "outcome"],
     registry=REGISTRY,
 )
+CACHE_VOLUMES = Gauge(
+    "corral_cache_volumes",
+    "The pools' cache volumes by state (creating, held, free, deleting), as of the cache keeper's last round",
+    ["pool", "state"],
+    registry=REGISTRY,
+)
+CACHE_STARTS = Counter(
+    "corral_cache_starts_total",
+    "Runners of pools with cache_volumes by how they started: warm (a used volume), cold (a new one) or none",
+    ["pool", "start"],
+    registry=REGISTRY,
+)
 GITHUB_CALLS = Counter(
     "corral_github_calls_total", "GitHub API calls by endpoint and status", ["endpoint", "status"], registry=REGISTRY
 )

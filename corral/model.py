@@ -190,6 +190,19 @@ class Runner:
     """The image its server was created from (None until it was, or for runners older than the record)."""
     cloud: str | None = None
     """Which of corral's clouds its server is made in (None: the first, for runners older than the record)."""
+    cache: str | None = None
+    """How it started in a pool with `cache_volumes`: `warm`, `cold` or `none` (see `CacheStart`)."""
+
+
+class CacheStart(StrEnum):
+    """How a runner of a pool with `cache_volumes` started."""
+
+    WARM = "warm"
+    """With a volume an earlier server of the pool used."""
+    COLD = "cold"
+    """With a volume no server had used yet."""
+    NONE = "none"
+    """Without one: none was free and the pool had `max` (or Cinder could not make one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +223,7 @@ class Transition:
     image_id: str | None = None
     github_runner_id: int | None = None
     registered_at: datetime | None = None
+    cache: CacheStart | None = None
     diverted_job: int | None = None
     presumed_taken: bool = False
     lost_job: int | None = None
@@ -413,3 +427,40 @@ class PoolStatus:
     """The cloud whose quota `quota_waiting` waits for (None: the pool's first)."""
     warm: dict[str, Any] | None = None
     """An auto pool: `{min_idle, forecast}` as its holder's last pass had them (see the `pool_status` table)."""
+
+
+class CacheVolumeState(StrEnum):
+    """Where one of a pool's cache volumes is in its life (`store.cache_volumes`)."""
+
+    CREATING = "creating"
+    """Row written for the runner it is made for; Cinder asked (or about to be) for the volume."""
+    HELD = "held"
+    """Handed to a runner's server: not free again until that runner is gone and Cinder says `available`."""
+    FREE = "free"
+    """Available for the pool's next server."""
+    DELETING = "deleting"
+    """Its pool or its pool's `cache_volumes` went, or the pool keeps fewer: deleted once nothing holds it."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheVolume:
+    """One of a pool's cache volumes as the store knows it."""
+
+    id: str
+    pool: str
+    cloud: str
+    state: CacheVolumeState
+    volume_id: str | None
+    """Cinder's id (None until Cinder answered the create)."""
+    runner: str | None
+    """The name of the runner holding it."""
+    size_gb: int
+    uses: int
+    """Servers it was handed to, this one included."""
+    created_at: datetime
+    state_changed_at: datetime
+
+    @property
+    def name(self) -> str:
+        """Its name in Cinder: `corral-cache-<pool>-<id>`, which says what it is to anyone listing volumes."""
+        return f"corral-cache-{self.pool}-{self.id}"

@@ -1,7 +1,8 @@
 """Cloud-init user data: the script a runner VM runs at first boot, rendered from a replaceable template.
 
 Templates use `string.Template` syntax (`${jit_config}`, `${runner_name}`, `${pool}`, `${labels}`,
-`${runner_download_url}`; `$$` for a literal dollar), which keeps shell scripts readable: shell's own
+`${runner_download_url}`, and for a pool with `cache_volumes` `${cache_volume}` and `${cache_mount}`, empty when
+the server got no cache volume; `$$` for a literal dollar), which keeps shell scripts readable: shell's own
 `$VAR` needs doubling, nothing else does. The rendered text carries the JIT config, so it is only ever
 handed to the cloud; corral never logs or stores it.
 """
@@ -14,7 +15,7 @@ from string import Template
 
 NOVA_USER_DATA_LIMIT = 65_535
 """Nova refuses user data whose base64 form is longer than this; checked here so the error names the template."""
-PLACEHOLDERS = ("jit_config", "runner_name", "pool", "labels", "runner_download_url")
+PLACEHOLDERS = ("jit_config", "runner_name", "pool", "labels", "runner_download_url", "cache_volume", "cache_mount")
 SAMPLE_JIT_CONFIG_LENGTH = 4_096
 """GitHub's `encoded_jit_config` is 2-3 KB of base64 (the sandbox's, ~3.8 KB); `corral config check` renders
 templates with one this long, so a template that passes the check does not fail on the first real runner."""
@@ -56,7 +57,11 @@ def render_user_data(
     pool: str,
     labels: list[str],
     runner_download_url: str,
+    cache_volume: str = "",
+    cache_mount: str = "",
 ) -> str:
+    """The user data of one runner. `cache_volume`: the Cinder id of the cache volume attached to its server
+    (the guest finds its disk by it), mounted at `cache_mount`; both empty when it has none."""
     try:
         text = template.substitute(
             jit_config=jit_config,
@@ -64,6 +69,8 @@ def render_user_data(
             pool=pool,
             labels=",".join(labels),
             runner_download_url=runner_download_url,
+            cache_volume=cache_volume,
+            cache_mount=cache_mount,
         )
     except KeyError as exc:
         raise UserDataError(f"user data template uses unknown placeholder ${{{exc.args[0]}}}") from None

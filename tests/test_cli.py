@@ -84,8 +84,8 @@ def test_config_check_reports_every_phase_in_one_run(tmp_path: Path, capsys: pyt
         "  - pools.b: same scope and labels as pool 'a', so no job could tell them apart; give one of them a "
         "distinguishing label",
         f"  - user_data_template: user data template {tmp_path / 'typo.sh'}: unknown placeholder ${{runer_name}}; "
-        "use ${jit_config}, ${runner_name}, ${pool}, ${labels}, ${runner_download_url} ($$ for a $); point it at "
-        "a readable string.Template script",
+        "use ${jit_config}, ${runner_name}, ${pool}, ${labels}, ${runner_download_url}, ${cache_volume}, "
+        "${cache_mount} ($$ for a $); point it at a readable string.Template script",
         "  - extra_volumes.0.propagation: no pool named ['nope']; use 'all' or pool names from "
         "['Big_Pool', 'a', 'b', 'c']",
     ]

@@ -35,6 +35,7 @@ from corral.store import (
     BlockingCallOnEventLoop,
     Intake,
     Store,
+    cache_volumes,
     jobs,
     leases,
     pools,
@@ -184,6 +185,27 @@ def lost_with_its_server(store: Store, job_id: int, attempt: int) -> None:
         store, runner, RunnerState.FAILED, Reason.SERVER_ERROR, message="server in ERROR: host failed", lost_job=job_id
     )
     assert failed is not None
+
+
+def test_a_cache_volume_is_handed_to_one_runner_at_a_time_and_a_pool_never_makes_more_than_its_max(
+    store: Store,
+) -> None:
+    now = utcnow()
+    first = store.run_blocking(cache_volumes.reserve_new, "small", "one", "runner-a", size_gb=5, most=2, now=now)
+    second = store.run_blocking(cache_volumes.reserve_new, "small", "one", "runner-b", size_gb=5, most=2, now=now)
+    assert first is not None and second is not None and first.name.startswith("corral-cache-small-")
+    assert store.run_blocking(cache_volumes.reserve_new, "small", "one", "runner-c", size_gb=5, most=2, now=now) is None
+    assert store.run_blocking(cache_volumes.take, "small", "one", "runner-c", now=now) is None  # both held
+    store.run_blocking(cache_volumes.created, first.id, "vol-1", now=now)
+    store.run_blocking(cache_volumes.created, second.id, "vol-2", now=now)
+    # Freed only by the holder read with it: a volume handed on meanwhile stays with its new runner.
+    assert store.run_blocking(cache_volumes.free, first.id, "runner-b", now=now) is False
+    assert store.run_blocking(cache_volumes.free, first.id, "runner-a", now=now) is True
+    taken = store.run_blocking(cache_volumes.take, "small", "one", "runner-c", now=now)
+    assert taken is not None and (taken.volume_id, taken.runner, taken.uses) == ("vol-1", "runner-c", 2)
+    assert store.run_blocking(cache_volumes.take, "small", "one", "runner-d", now=now) is None
+    assert store.run_blocking(cache_volumes.take, "small", "two", "runner-d", now=now) is None  # another cloud's
+    assert store.run_blocking(cache_volumes.counts) == {"small": {"held": 2}}
 
 
 def test_a_lost_jobs_rerun_is_claimed_once_whoever_asks_and_counted_across_its_attempts(store: Store) -> None:

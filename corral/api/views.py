@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from corral.cloud.quota import servers_that_fit
 from corral.config import CorralConfig
-from corral.engine.operator import JobStory, Operator, Rollout, ScaleSetStatus, SessionState
+from corral.engine.operator import CacheSummary, JobStory, Operator, Rollout, ScaleSetStatus, SessionState
 from corral.model import Job, Runner, RunnerEvent, RunnerState
 from corral.policy import PoolCounts, plan_scale
 from corral.schedules import InForce
@@ -37,6 +37,40 @@ class RolloutView(BaseModel):
     """Jobs that succeeded on `to_image` since the rollout began, as last counted for its canary..."""
     canary_jobs: int | None
     """...and how many promote it (None: the pool has no canary)."""
+
+
+class CacheVolumesView(BaseModel):
+    """A pool's cache volumes (`cache_volumes`)."""
+
+    max: int
+    """Its `cache_volumes.max` (0: the setting is gone, and what is left is being deleted)."""
+    creating: int
+    held: int
+    """Attached to (or about to be attached to) a runner's server."""
+    free: int
+    deleting: int
+    started_warm: int
+    """The pool's runners that started with a volume an earlier server used..."""
+    started_cold: int
+    """...with a volume new to them..."""
+    started_without: int
+    """...and without one (all `max` in use, or Cinder could not make one), over the history kept."""
+    warm_share: float | None
+    """`started_warm` over all three (None: no runner yet)."""
+
+    @classmethod
+    def of(cls, summary: CacheSummary) -> CacheVolumesView:
+        return cls(
+            max=summary.max,
+            creating=summary.states["creating"],
+            held=summary.states["held"],
+            free=summary.states["free"],
+            deleting=summary.states["deleting"],
+            started_warm=summary.starts["warm"],
+            started_cold=summary.starts["cold"],
+            started_without=summary.starts["none"],
+            warm_share=summary.warm_share,
+        )
 
 
 class PoolView(BaseModel):
@@ -102,6 +136,8 @@ class PoolView(BaseModel):
     """Why the listener last failed (kept once it listens again: `session` says whether it still fails)..."""
     session_error_since: datetime | None = None
     """...and since when it failed with that error."""
+    cache_volumes: CacheVolumesView | None = None
+    """Its cache volumes, for a pool with `cache_volumes` (or one whose volumes are still being deleted)."""
 
 
 def rollout_views(config: CorralConfig, operator: Operator, name: str) -> dict[str, RolloutView]:
@@ -129,6 +165,7 @@ async def pool_views(config: CorralConfig, operator: Operator) -> list[PoolView]
     held_by = await operator.holders()
     names = operator.pool_names()
     remote = await operator.remote_snapshots(name for name in names if not operator.holds(name))
+    caches = await operator.cache_volumes(config)
     views = []
     for name in names:
         pool = config.pools.get(name)
@@ -201,6 +238,7 @@ async def pool_views(config: CorralConfig, operator: Operator) -> list[PoolView]
                 session_error_since=scale_set.error_since if scale_set else None,
                 rollout=rollouts.pop(name, None),
                 placement_rollouts=rollouts,
+                cache_volumes=CacheVolumesView.of(caches[name]) if name in caches else None,
             )
         )
     return views

@@ -11,7 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from corral.cloud.provider import CloudProvider, CloudRequestRejected, CloudServer, ServerSpec
+from corral.cloud.provider import (
+    CacheVolumeSpec,
+    CloudProvider,
+    CloudRequestRejected,
+    CloudServer,
+    CloudVolume,
+    ServerSpec,
+)
 from corral.cloud.quota import Headroom, ServerCost
 from corral.config import CloudConfig
 
@@ -78,6 +85,20 @@ class CloudSet:
 
     def headroom(self, cloud: str, volumes: bool) -> Headroom:
         return self.provider(cloud).headroom(volumes)
+
+    def list_cache_volumes(self, cloud: str) -> list[CloudVolume]:
+        """Every cache volume of this installation in `cloud`, each named with it."""
+        return [dataclasses.replace(volume, cloud=cloud) for volume in self.provider(cloud).list_cache_volumes()]
+
+    def create_cache_volume(self, spec: CacheVolumeSpec) -> CloudVolume:
+        return dataclasses.replace(self.provider(spec.cloud).create_cache_volume(spec), cloud=spec.cloud)
+
+    def volume(self, volume_id: str, cloud: str) -> CloudVolume | None:
+        found = self.provider(cloud).volume(volume_id)
+        return dataclasses.replace(found, cloud=cloud) if found is not None else None
+
+    def delete_volume(self, volume_id: str, cloud: str) -> None:
+        self.provider(cloud).delete_volume(volume_id)
 
     def close(self) -> None:
         for provider in self._providers.values():

@@ -35,9 +35,11 @@ from openstack.compute.v2.server import Server
 
 from corral.cloud.images import find_image
 from corral.cloud.provider import (
+    META_CACHE,
     META_INSTALLATION,
     META_POOL,
     META_RUNNER,
+    CacheVolumeSpec,
     CloudError,
     CloudNameAmbiguous,
     CloudQuotaExceeded,
@@ -45,6 +47,7 @@ from corral.cloud.provider import (
     CloudResourceMissing,
     CloudServer,
     CloudTransientError,
+    CloudVolume,
     ServerSpec,
 )
 from corral.cloud.quota import Headroom, ServerCost, ports_per_server
@@ -468,7 +471,7 @@ class OpenStackProvider:
         own local disk first. Nova accepts that mapping only next to `imageRef` naming the same image.
         """
         devices: list[dict[str, Any]] = []
-        if not spec.boot_volume_gb and spec.volumes:
+        if not spec.boot_volume_gb and (spec.volumes or spec.cache_volume):
             devices.append(
                 {
                     "boot_index": 0,
@@ -490,6 +493,17 @@ class OpenStackProvider:
             if spec.boot_volume_type:
                 boot["volume_type"] = spec.boot_volume_type
             devices.append(boot)
+        if spec.cache_volume:
+            # An existing volume, kept when the server goes (`delete_on_termination` false): the pool's cache.
+            devices.append(
+                {
+                    "boot_index": -1,
+                    "uuid": spec.cache_volume,
+                    "source_type": "volume",
+                    "destination_type": "volume",
+                    "delete_on_termination": False,
+                }
+            )
         for volume in spec.volumes:
             extra: dict[str, Any] = {
                 "boot_index": -1,
@@ -601,6 +615,85 @@ class OpenStackProvider:
                 os_exceptions.raise_from_response(response)
 
         self._idempotent(f"delete server {server_id}", delete)
+
+    # -- cache volumes ----------------------------------------------------------------------------
+
+    def _cache_volume(self, volume: dict[str, Any]) -> CloudVolume | None:
+        metadata = volume.get("metadata") or {}
+        if metadata.get(META_INSTALLATION) != self.installation or META_CACHE not in metadata:
+            return None
+        return CloudVolume(
+            id=volume["id"],
+            name=volume.get("name") or "",
+            status=volume.get("status") or "",
+            size_gb=int(volume.get("size") or 0),
+            installation=self.installation,
+            pool=metadata.get(META_POOL, ""),
+            attached_to=tuple(
+                str(attachment["server_id"])
+                for attachment in volume.get("attachments") or []
+                if attachment.get("server_id")
+            ),
+        )
+
+    def list_cache_volumes(self) -> list[CloudVolume]:
+        """`GET /volumes/detail`, every page, kept to this installation's cache volumes by their metadata
+        (Cinder's `metadata` filter is one a deployment may turn off for its members: filtered here)."""
+
+        def pages() -> list[dict[str, Any]]:
+            volumes: list[dict[str, Any]] = []
+            query: dict[str, Any] = {}
+            while True:
+                response = self.connection.block_storage.get("/volumes/detail", params=query, raise_exc=False)
+                os_exceptions.raise_from_response(response)
+                body = orjson.loads(response.content)
+                page = body.get("volumes", [])
+                volumes.extend(page)
+                links = body.get("volumes_links") or []
+                if not page or not any(link.get("rel") == "next" for link in links):
+                    return volumes
+                query = {"marker": page[-1]["id"]}
+
+        listed = self._idempotent("list volumes", pages)
+        return [owned for volume in listed if (owned := self._cache_volume(volume)) is not None]
+
+    def create_cache_volume(self, spec: CacheVolumeSpec) -> CloudVolume:
+        """`POST /volumes`: not repeated on a dropped connection (it may have made one; the pool's keeper
+        finds it by its metadata and deletes it, as a volume no row knows)."""
+        body: dict[str, Any] = {"name": spec.name, "size": spec.size_gb, "metadata": spec.metadata}
+        if spec.type:
+            body["volume_type"] = spec.type
+        if spec.availability_zone:
+            body["availability_zone"] = spec.availability_zone
+        try:
+            response = self.connection.block_storage.post("/volumes", json={"volume": body}, raise_exc=False)
+            os_exceptions.raise_from_response(response)
+            created = self._cache_volume(response.json()["volume"])
+        except Exception as exc:
+            raise classify(f"create volume {spec.name}", exc) from None
+        if created is None:
+            raise CloudRequestRejected(f"create volume {spec.name}: Cinder's answer lost the volume's metadata")
+        return created
+
+    def volume(self, volume_id: str) -> CloudVolume | None:
+        def show() -> dict[str, Any] | None:
+            response = self.connection.block_storage.get(f"/volumes/{volume_id}", raise_exc=False)
+            if response.status_code == 404:
+                return None
+            os_exceptions.raise_from_response(response)
+            found: dict[str, Any] = response.json()["volume"]
+            return found
+
+        found = self._idempotent(f"show volume {volume_id}", show)
+        return self._cache_volume(found) if found is not None else None
+
+    def delete_volume(self, volume_id: str) -> None:
+        def delete() -> None:
+            response = self.connection.block_storage.delete(f"/volumes/{volume_id}", raise_exc=False)
+            if response.status_code != 404:
+                os_exceptions.raise_from_response(response)
+
+        self._idempotent(f"delete volume {volume_id}", delete)
 
     def close(self) -> None:
         self.connection.close()

@@ -32,6 +32,8 @@ class VolumeSpec(Protocol):
 META_INSTALLATION = "corral-installation"
 META_POOL = "corral-pool"
 META_RUNNER = "corral-runner"
+META_CACHE = "corral-cache"
+"""On a cache volume (besides the installation and the pool): the pool's cache it belongs to, always `1`."""
 
 
 class CloudError(Exception):
@@ -80,6 +82,8 @@ class ServerSpec:
     """Contains the JIT config: excluded from repr so it cannot reach a log line by accident."""
     cloud: str = DEFAULT_CLOUD
     """Which of corral's clouds it is made in (`CloudSet` routes the create; a provider is one cloud)."""
+    cache_volume: str | None = None
+    """The id of one of the pool's cache volumes to attach, kept when the server is deleted (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,38 @@ class CloudServer:
     def is_stopped(self) -> bool:
         """The guest shut down: for an ephemeral runner, its job is over."""
         return self.status in ("SHUTOFF", "STOPPED", "DELETED", "SOFT_DELETED")
+
+
+@dataclass(frozen=True)
+class CacheVolumeSpec:
+    """A new cache volume of a pool: Cinder's create request (the metadata marks it corral's and the pool's)."""
+
+    name: str
+    size_gb: int
+    metadata: dict[str, str]
+    type: str | None = None
+    availability_zone: str | None = None
+    cloud: str = DEFAULT_CLOUD
+
+
+@dataclass(frozen=True)
+class CloudVolume:
+    """A cache volume as Cinder reports it."""
+
+    id: str
+    name: str
+    status: str
+    """Cinder's: `creating`, `available`, `reserved`, `attaching`, `in-use`, `detaching`, `deleting`, `error`..."""
+    size_gb: int
+    installation: str
+    pool: str
+    attached_to: tuple[str, ...] = ()
+    """The servers it is attached to (at most one for a cache volume)."""
+    cloud: str = DEFAULT_CLOUD
+
+    @property
+    def is_error(self) -> bool:
+        return self.status.startswith("error")
 
 
 class CloudProvider(Protocol):
@@ -142,6 +178,22 @@ class CloudProvider(Protocol):
 
     def server_cost(self, spec: ServerSpec) -> ServerCost:
         """What one server of `spec` takes from the quota (its flavor's size, looked up once)."""
+        ...
+
+    def list_cache_volumes(self) -> list[CloudVolume]:
+        """Every cache volume of this installation (the pools' `cache_volumes`)."""
+        ...
+
+    def create_cache_volume(self, spec: CacheVolumeSpec) -> CloudVolume:
+        """Ask Cinder for a new blank volume; it is `creating` until `volume` says `available`."""
+        ...
+
+    def volume(self, volume_id: str) -> CloudVolume | None:
+        """One volume as Cinder reports it now; None when it does not exist."""
+        ...
+
+    def delete_volume(self, volume_id: str) -> None:
+        """Delete a volume that is not attached; an already-gone volume is not an error."""
         ...
 
     def close(self) -> None: ...

@@ -36,6 +36,7 @@ from corral.cloud.clouds import CloudSet
 from corral.config import CorralConfig
 from corral.engine import messages
 from corral.engine.backoff import Backoff, LogOnce
+from corral.engine.caches import CacheVolumes
 from corral.engine.checks import PoolChecker
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import Creator
@@ -134,6 +135,7 @@ class Engine:
         )
         pauses = PoolPauses(store, self.log_once, clock)
         self.readiness = PoolReadiness(running, self.checker, github, lambda pool: self.creator.paused_s(pool))
+        self.caches = CacheVolumes(store, cloud, self._cloud_threads, self.log_once, clock)
         self.creator = Creator(
             self.mover,
             cloud,
@@ -145,6 +147,7 @@ class Engine:
             jit_concurrency=config.tuning.jit_concurrency,
             scale_set_jit=self.scalesets.jit_config,
             running=running,
+            caches=self.caches,
             image_for=self.rollouts.image_for_new_runner,
             ready_clouds=self.readiness.ready_clouds,
             clock=clock,
@@ -187,6 +190,7 @@ class Engine:
             cleaner=self.cleaner,
             checker=self.checker,
             jobs=self.jobs,
+            caches=self.caches,
             quotas=self.quotas,
             log_once=self.log_once,
             cloud_threads=self._cloud_threads,

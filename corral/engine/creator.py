@@ -32,6 +32,7 @@ from corral.cloud.provider import (
 )
 from corral.config import CorralConfig, Placement, PoolConfig, ScopeConfig
 from corral.engine.backoff import LogOnce
+from corral.engine.caches import CacheVolumes
 from corral.engine.checks import PoolChecker
 from corral.engine.pauses import PoolPauses
 from corral.engine.running import Running
@@ -64,10 +65,11 @@ def server_spec(
     *,
     image: str | None = None,
     placement: Placement | None = None,
+    cache_volume: str | None = None,
 ) -> ServerSpec:
     """The server a pool's runner gets (`runner` None: a stand-in, for checking the pool) in one of its
     placements (None: the first); `image` pins an image id in place of what the placement's `image` names (a
-    rolled-back rollout's)."""
+    rolled-back rollout's); `cache_volume` the id of the pool's cache volume its server gets, if any."""
     pool = config.pools[pool_name]
     where = placement or config.placements(pool_name)[0]
     metadata = {
@@ -91,6 +93,7 @@ def server_spec(
         metadata=metadata,
         user_data=user_data,
         cloud=where.cloud,
+        cache_volume=cache_volume,
     )
 
 
@@ -110,6 +113,7 @@ class Creator:
         jit_concurrency: int,
         scale_set_jit: Callable[[str, str], Awaitable[JitConfig]] | None = None,
         running: Running,
+        caches: CacheVolumes | None = None,
         image_for: Callable[[str], str | None] = lambda _: None,
         ready_clouds: Callable[[str], set[str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -132,6 +136,8 @@ class Creator:
         (rolled back, or a canary's share: `engine.rollouts`)."""
         self._running = running
         """Where the clouds of a pool's placements, and the cloud a runner's row recorded, are read."""
+        self._caches = caches
+        """Where a runner of a pool with `cache_volumes` gets its volume (None: no pool gets one)."""
         self._ready_clouds = ready_clouds or (lambda pool: set(running.config.clouds_of(pool)))
         """The clouds of a pool's placements whose check found nothing wrong: where its runners may go."""
         self._clock = clock
@@ -229,6 +235,8 @@ class Creator:
         if job_received_at is not None:
             waited = (self._clock.now() - job_received_at).total_seconds()
             QUEUED_TO_CREATE_SECONDS.labels(runner.pool).observe(max(waited, 0.0))
+        cache = await self._caches.take(config, creating, placement) if self._caches is not None else None
+        cache_volume = cache.volume_id if cache is not None else None
         try:
             user_data = render_user_data(
                 template,
@@ -237,12 +245,16 @@ class Creator:
                 pool=runner.pool,
                 labels=list(pool.labels),
                 runner_download_url=config.runner_download_url,
+                cache_volume=cache_volume or "",
+                cache_mount=pool.cache_volumes.mount if cache_volume and pool.cache_volumes else "",
             )
         except UserDataError as exc:
             await self.fail(creating, Failure(Reason.USER_DATA_INVALID, str(exc)))
             return
         pinned = self._image_for(placement.key(runner.pool))
-        spec = server_spec(config, runner.pool, creating, user_data, image=pinned, placement=placement)
+        spec = server_spec(
+            config, runner.pool, creating, user_data, image=pinned, placement=placement, cache_volume=cache_volume
+        )
         sent_at = self._checker.now()
         try:
             server = await self._create_server(spec)
@@ -252,7 +264,12 @@ class Creator:
             return
         self._checker.accepted(placement.key(runner.pool))
         await self._mover.move(
-            creating, RunnerState.BOOTING, Reason.SERVER_CREATED, server_id=server.id, image_id=server.image_id
+            creating,
+            RunnerState.BOOTING,
+            Reason.SERVER_CREATED,
+            server_id=server.id,
+            image_id=server.image_id,
+            cache=cache.start if cache is not None else None,
         )
 
     async def _jit_config(self, runner: Runner, pool: PoolConfig) -> JitConfig:

@@ -17,6 +17,7 @@ from corral.clock import Clock
 from corral.cloud.clouds import CloudSet
 from corral.config import Placement
 from corral.engine.backoff import LogOnce
+from corral.engine.caches import CacheVolumes
 from corral.engine.checks import PoolChecker
 from corral.engine.cleaner import Cleaner
 from corral.engine.creator import server_spec
@@ -33,6 +34,8 @@ from corral.metrics import JOBS, publish_headroom
 from corral.model import JobState
 from corral.store import Store, jobs, retention, runners
 
+CACHE_KEEPER = "cache-volumes"
+"""The supervisor's key of the cache keeper's round: one at a time."""
 CHECK_LOOP_LONGEST_S = 60.0
 """The longest the pool-check loop sleeps with nothing due (a guard: what falls due sooner wakes it)."""
 
@@ -54,6 +57,7 @@ class Housekeeper:
         cleaner: Cleaner,
         checker: PoolChecker,
         jobs: JobTracker,
+        caches: CacheVolumes,
         quotas: dict[str, QuotaBudget],
         log_once: LogOnce,
         cloud_threads: Executor,
@@ -71,6 +75,7 @@ class Housekeeper:
         self.cleaner = cleaner
         self.checker = checker
         self.jobs = jobs
+        self.caches = caches
         self.quotas = quotas
         self.log_once = log_once
         self.cloud_threads = cloud_threads
@@ -119,6 +124,7 @@ class Housekeeper:
         self.workers.wake_all()
         await self._delete_orphan_registrations(observation)
         await self._forget_empty_clouds(observation)
+        self._keep_cache_volumes()
         publish_headroom(observation.headrooms)
         if observation.servers is None:
             return
@@ -157,6 +163,12 @@ class Housekeeper:
                 self.supervisor.start(
                     ActionKind.ORPHAN, key, self.cleaner.delete_orphan_registration(runner, scope, registration.id)
                 )
+
+    def _keep_cache_volumes(self) -> None:
+        """The pools' cache volumes are joined with Cinder's after each look, by the housekeeping replica (the
+        store's claims keep the pools' holders, which take volumes, and it apart)."""
+        if self.leases.holds(HOUSEKEEPING) and not self.supervisor.busy(CACHE_KEEPER):
+            self.supervisor.start(ActionKind.CACHE_VOLUMES, CACHE_KEEPER, self.caches.keep(self.running.config))
 
     def _cleans_up_after(self, pool: str) -> bool:
         """Whether this replica deletes a server of `pool` nobody owns: the pool's holder does, and the holder

@@ -15,6 +15,7 @@ from datetime import datetime
 from corral.cloud.quota import Headroom, ServerCost
 from corral.config import CorralConfig
 from corral.engine import messages
+from corral.engine.caches import CacheSummary
 from corral.engine.coordinator import Engine
 from corral.engine.deletes import DeleteFailed, DeleteOutcome
 from corral.engine.observe import Observation
@@ -27,6 +28,7 @@ from corral.store import pools
 from corral.store.leases import LeaseRow, ReplicaRow
 
 __all__ = [
+    "CacheSummary",
     "DeleteFailed",
     "DeleteOutcome",
     "JobStory",
@@ -117,6 +119,10 @@ class Operator:
     async def holders(self) -> dict[str, str]:
         """Pool -> the replica acting for it (on SQLite, this one for every pool)."""
         return await self._engine.membership.holders()
+
+    async def cache_volumes(self, config: CorralConfig) -> dict[str, CacheSummary]:
+        """The pools' cache volumes by state, and how their runners started (from the database)."""
+        return await self._engine.caches.summary(config)
 
     async def membership(self) -> tuple[list[ReplicaRow], list[LeaseRow]]:
         """The replicas on this database and the leases (on SQLite: this process, holding every pool)."""

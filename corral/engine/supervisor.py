@@ -32,6 +32,7 @@ class ActionKind(StrEnum):
     OBSERVE = "observe"
     PRUNE = "prune"
     JOB_TRACES = "job_traces"
+    CACHE_VOLUMES = "cache_volumes"
     LEASES = "leases"
     SCALE_SET = "scale_set"
     RELOAD = "reload"

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from corral.clock import SYSTEM_CLOCK, Clock
 from corral.metrics import RUNNER_FAILURES, RUNNER_SECONDS, RUNNER_TRANSITIONS
-from corral.model import FAILURE_REASONS, Reason, Runner, RunnerState, Transition
+from corral.model import FAILURE_REASONS, CacheStart, Reason, Runner, RunnerState, Transition
 from corral.store import Store, runners
 from corral.store.leases import Fence
 from corral.usage import PHASES
@@ -62,6 +62,7 @@ class Mover:
         image_id: str | None = None,
         github_runner_id: int | None = None,
         registered_at: datetime | None = None,
+        cache: CacheStart | None = None,
         diverted_job: int | None = None,
     ) -> Runner | None:
         transition = Transition(
@@ -73,6 +74,7 @@ class Mover:
             image_id=image_id,
             github_runner_id=github_runner_id,
             registered_at=registered_at,
+            cache=cache,
             diverted_job=diverted_job,
         )
         return (await self.apply([transition]))[0]

@@ -8,7 +8,18 @@ bounds it, as on a cloud sized for it.
 
 from __future__ import annotations
 
-from corral.cloud.provider import CloudQuotaExceeded, CloudServer, ServerSpec
+import dataclasses
+import itertools
+
+from corral.cloud.provider import (
+    META_POOL,
+    CacheVolumeSpec,
+    CloudQuotaExceeded,
+    CloudRequestRejected,
+    CloudServer,
+    CloudVolume,
+    ServerSpec,
+)
 from corral.cloud.quota import Headroom, ServerCost
 from corral.simulate.world import World
 
@@ -25,6 +36,9 @@ class SimulatedCloud:
         self.installation = installation
         self.instances = instances
         """The project's instance quota (None: unlimited)."""
+        self.volumes: dict[str, CloudVolume] = {}
+        """The pools' cache volumes: made available at once, attached while a server holds one."""
+        self._volume_ids = itertools.count(1)
 
     def list_servers(self) -> list[CloudServer]:
         return self.world.list_servers(self.name)
@@ -32,13 +46,42 @@ class SimulatedCloud:
     def create_server(self, spec: ServerSpec) -> CloudServer:
         if self.instances is not None and len(self.world.list_servers(self.name)) >= self.instances:
             raise CloudQuotaExceeded(f"Quota exceeded for instances: Requested 1, but already used {self.instances}")
+        cache = self.volumes.get(spec.cache_volume or "")
+        if spec.cache_volume and (cache is None or cache.status != "available"):
+            raise CloudRequestRejected(f"Invalid volume: volume '{spec.cache_volume}' status must be 'available'")
         server = self.world.create_server(
             self.name, self.installation, spec.name, spec.metadata, spec.user_data, IMAGE_ID
         )
+        if cache is not None:
+            self.volumes[cache.id] = dataclasses.replace(cache, status="in-use", attached_to=(server.id,))
         return server.view()
 
     def delete_server(self, server_id: str) -> None:
         self.world.delete_server(server_id)
+        for volume in list(self.volumes.values()):
+            if server_id in volume.attached_to:
+                self.volumes[volume.id] = dataclasses.replace(volume, status="available", attached_to=())
+
+    def list_cache_volumes(self) -> list[CloudVolume]:
+        return list(self.volumes.values())
+
+    def create_cache_volume(self, spec: CacheVolumeSpec) -> CloudVolume:
+        volume = CloudVolume(
+            id=f"sim-volume-{next(self._volume_ids):08d}",
+            name=spec.name,
+            status="available",
+            size_gb=spec.size_gb,
+            installation=self.installation,
+            pool=spec.metadata.get(META_POOL, ""),
+        )
+        self.volumes[volume.id] = volume
+        return volume
+
+    def volume(self, volume_id: str) -> CloudVolume | None:
+        return self.volumes.get(volume_id)
+
+    def delete_volume(self, volume_id: str) -> None:
+        self.volumes.pop(volume_id, None)
 
     def check_pool(self, spec: ServerSpec) -> list[str]:
         return []

@@ -41,6 +41,7 @@ COLUMNS = (
     RUNNERS.c.registered_at,
     RUNNERS.c.image_id,
     RUNNERS.c.cloud,
+    RUNNERS.c.cache,
 )
 LIVE = [state.value for state in LIVE_STATES]
 CAPACITY = [state.value for state in CAPACITY_STATES]
@@ -77,6 +78,7 @@ def to_runner(row: Any) -> Runner:
         registered_at=row[13],
         image_id=row[14],
         cloud=row[15],
+        cache=row[16],
     )
 
 
@@ -225,6 +227,7 @@ MOVE = (
             bindparam("new_github_runner_id", type_=BigInteger()), RUNNERS.c.github_runner_id
         ),
         registered_at=func.coalesce(bindparam("new_registered_at", type_=UTCDateTime()), RUNNERS.c.registered_at),
+        cache=func.coalesce(bindparam("new_cache", type_=String()), RUNNERS.c.cache),
     )
     .returning(*COLUMNS)
 )
@@ -262,6 +265,7 @@ def apply(
                 "new_image_id": move.image_id,
                 "new_github_runner_id": move.github_runner_id,
                 "new_registered_at": move.registered_at,
+                "new_cache": move.cache.value if move.cache is not None else None,
             },
         ).first()
         if row is None:

@@ -80,6 +80,9 @@ class Runner(Base):
     created_at: Mapped[datetime]
     state_changed_at: Mapped[datetime] = mapped_column(index=True)
     registered_at: Mapped[datetime | None]
+    cache: Mapped[str | None] = mapped_column(String(8))
+    """How it started, in a pool with `cache_volumes`: `warm` (a volume an earlier server used), `cold` (a
+    volume new to it) or `none` (none to be had); NULL in other pools."""
 
 
 class RunnerEvent(Base):
@@ -295,6 +298,30 @@ class PoolLease(Base):
     expires_at: Mapped[datetime]
 
 
+class CacheVolume(Base):
+    """One of a pool's cache volumes (`cache_volumes`): which runner holds it, so that two servers never get
+    the same one. The row is written (`creating`, held by the runner it is for) before Cinder is asked."""
+
+    __tablename__ = "cache_volumes"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    """corral's own id, part of the volume's name: a volume Cinder made for a row is found by it."""
+    __table_args__ = (Index("ix_cache_volumes_pool_state", "pool", "state"),)
+
+    pool: Mapped[str] = mapped_column(String(64))
+    cloud: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    """`creating`, `held` (by `runner`), `free` or `deleting`."""
+    volume_id: Mapped[str | None] = mapped_column(String(64), unique=True)
+    runner: Mapped[str | None] = mapped_column(String(128))
+    """The name of the runner whose server it is (to be) attached to."""
+    size_gb: Mapped[int] = mapped_column(Integer)
+    uses: Mapped[int] = mapped_column(Integer, server_default="0")
+    """Servers it has been handed to: from the second on, each started warm."""
+    created_at: Mapped[datetime]
+    state_changed_at: Mapped[datetime]
+
+
 RUNNERS = cast(Table, Runner.__table__)
 RUNNER_EVENTS = cast(Table, RunnerEvent.__table__)
 JOBS = cast(Table, Job.__table__)
@@ -305,4 +332,5 @@ REDELIVERY_REQUESTS = cast(Table, RedeliveryRequest.__table__)
 API_TOKENS = cast(Table, ApiToken.__table__)
 REPLICAS = cast(Table, Replica.__table__)
 POOL_LEASES = cast(Table, PoolLease.__table__)
+CACHE_VOLUMES = cast(Table, CacheVolume.__table__)
 """The tables themselves, for the Core queries of `corral.store`."""

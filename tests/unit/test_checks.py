@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from corral.cloud.clouds import CloudSet
-from corral.cloud.provider import CloudServer, ServerSpec
+from corral.cloud.provider import CacheVolumeSpec, CloudServer, CloudVolume, ServerSpec
 from corral.cloud.quota import Headroom, ServerCost
 from corral.engine.backoff import LogOnce
 from corral.engine.checks import PoolChecker
@@ -49,6 +49,18 @@ class SlowCheckCloud:
 
     def headroom(self, volumes: bool) -> Headroom:
         return Headroom()
+
+    def list_cache_volumes(self) -> list[CloudVolume]:
+        return []
+
+    def create_cache_volume(self, spec: CacheVolumeSpec) -> CloudVolume:
+        raise AssertionError("not asked")
+
+    def volume(self, volume_id: str) -> CloudVolume | None:
+        return None
+
+    def delete_volume(self, volume_id: str) -> None:
+        raise AssertionError("not asked")
 
     def close(self) -> None:
         """Nothing to close."""

@@ -377,6 +377,37 @@ def test_a_scale_set_pool_is_refused_auto_warm_with_the_fix() -> None:
     ]
 
 
+HOLDS_SECRETS = "the runner's home /opt/actions-runner holds its work directory and credentials"
+
+
+@pytest.mark.parametrize(
+    ("mount", "problem"),
+    [
+        ("/opt/actions-runner/_work/cache", HOLDS_SECRETS),
+        ("/opt", HOLDS_SECRETS),
+        ("/etc", "/etc is part of the system: mount the cache on a path of its own"),
+        ("cache", "give an absolute path of letters, digits, '.', '_' and '-'"),
+        ("/var/lib/../../etc", "give an absolute path of letters, digits, '.', '_' and '-'"),
+        ("/var/lib/ci cache; rm -rf /", "give an absolute path of letters, digits, '.', '_' and '-'"),
+    ],
+)  # fmt: skip
+def test_a_cache_mount_that_could_hold_a_jobs_secrets_or_the_system_is_refused(mount: str, problem: str) -> None:
+    problems = problems_of(with_key("pools.small.cache_volumes", {"size_gb": 10, "max": 2, "mount": mount}))
+    assert len(problems) == 1 and problems[0].startswith(f"pools.small.cache_volumes.mount: {problem}")
+
+
+def test_cache_volumes_default_to_their_own_mount_and_count_as_volumes() -> None:
+    config = parse_config(with_key("pools.small.cache_volumes", {"size_gb": 10, "max": 2}))
+    cache = config.pools["small"].cache_volumes
+    assert cache is not None and (cache.size_gb, cache.max, cache.mount, cache.type) == (
+        10,
+        2,
+        "/var/lib/corral-cache",
+        None,
+    )
+    assert config.uses_volumes()  # Cinder's quota is read for it
+
+
 @pytest.mark.parametrize("key", ["stale_job_check", "retention", "tuning.news_delay"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_duration_that_is_not_finite_is_refused(key: str, value: float) -> None:
