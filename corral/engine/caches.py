@@ -16,7 +16,7 @@ Two duties:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -27,6 +27,7 @@ from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import META_CACHE, META_INSTALLATION, META_POOL, CacheVolumeSpec, CloudError, CloudVolume
 from corral.config import CorralConfig, Placement
 from corral.engine.backoff import LogOnce
+from corral.engine.quota import QuotaBudget
 from corral.executors import call_blocking
 from corral.metrics import CACHE_STARTS, CACHE_VOLUMES, CLOUD_CALLS
 from corral.model import CacheStart, CacheVolume, CacheVolumeState, Runner
@@ -73,7 +74,17 @@ class CacheSummary:
 
 
 class CacheVolumes:
-    def __init__(self, store: Store, clouds: CloudSet, executor: Executor, log_once: LogOnce, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clouds: CloudSet,
+        executor: Executor,
+        log_once: LogOnce,
+        clock: Clock,
+        quotas: Mapping[str, QuotaBudget] | None = None,
+    ) -> None:
+        """`quotas`: each cloud's quota budget (the engine's), which a new volume must fit, as a server must."""
+        self._quotas = quotas or {}
         self._store = store
         self._clouds = clouds
         self._executor = executor
@@ -110,6 +121,13 @@ class CacheVolumes:
         taken = await self._store.run(store_volumes.take, runner.pool, placement.cloud, runner.name, now=now)
         if taken is not None and taken.volume_id is not None:
             return self._started(runner, Taken(taken.volume_id, CacheStart.WARM if taken.uses > 1 else CacheStart.COLD))
+        if not self._fits(placement.cloud, settings.size_gb):
+            self._log_once.warning(
+                f"cache:{runner.pool}:quota",
+                f"pool {runner.pool}: the project's volume quota has no room for another {settings.size_gb} GB cache "
+                "volume; its new runners boot without one until it has",
+            )
+            return self._started(runner, Taken(None, CacheStart.NONE))
         reserved = await self._store.run(
             store_volumes.reserve_new,
             runner.pool,
@@ -128,6 +146,15 @@ class CacheVolumes:
             return self._started(runner, Taken(None, CacheStart.NONE))
         volume_id = await self._create(config, reserved, placement)
         return self._started(runner, Taken(volume_id, CacheStart.COLD if volume_id else CacheStart.NONE))
+
+    def _fits(self, cloud: str, size_gb: int) -> bool:
+        """Whether the cloud's last quota reading (less this replica's creates since) has room for one more
+        volume of `size_gb`: a create Cinder would refuse is not sent (no reading yet: it is)."""
+        budget = self._quotas.get(cloud)
+        left = budget.left() if budget is not None else None
+        if left is None:
+            return True
+        return (left.volumes is None or left.volumes >= 1) and (left.gigabytes is None or left.gigabytes >= size_gb)
 
     def _started(self, runner: Runner, taken: Taken) -> Taken:
         CACHE_STARTS.labels(runner.pool, taken.start.value).inc()

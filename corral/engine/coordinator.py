@@ -135,7 +135,9 @@ class Engine:
         )
         pauses = PoolPauses(store, self.log_once, clock)
         self.readiness = PoolReadiness(running, self.checker, github, lambda pool: self.creator.paused_s(pool))
-        self.caches = CacheVolumes(store, cloud, self._cloud_threads, self.log_once, clock)
+        self.quotas = {name: QuotaBudget(clock) for name in cloud.names}
+        """Each cloud's quota budget (one dict, shared by the parts; a reload adds and removes clouds in it)."""
+        self.caches = CacheVolumes(store, cloud, self._cloud_threads, self.log_once, clock, self.quotas)
         self.creator = Creator(
             self.mover,
             cloud,
@@ -164,8 +166,6 @@ class Engine:
         )
         self.jobs = JobTracker(store, github, self.log_once, clock)
         self.status = StatusPublisher(store, clock)
-        self.quotas = {name: QuotaBudget(clock) for name in cloud.names}
-        """Each cloud's quota budget (one dict, shared by the parts; a reload adds and removes clouds in it)."""
         self.membership = Membership(
             running,
             store,

@@ -28,6 +28,7 @@ from corral.cloud.quota import Headroom, ServerCost
 from corral.config import CorralConfig, parse_config
 from corral.engine.backoff import LogOnce
 from corral.engine.caches import CacheVolumes, Taken
+from corral.engine.quota import QuotaBudget
 from corral.executors import inline
 from corral.model import CacheStart, CacheVolumeState, Reason, Runner, RunnerState, Transition
 from corral.store import IN_MEMORY, Store, cache_volumes, runners
@@ -117,12 +118,15 @@ def store() -> Iterator[Store]:
 MOMENTS = itertools.count()
 
 
-def keeper(store: Store, cinder: MemoryCinder) -> CacheVolumes:
-    """The cache duties, a second later than the last ones made (each test's volumes are made in order)."""
+def keeper(store: Store, cinder: MemoryCinder, headroom: Headroom | None = None) -> CacheVolumes:
+    """The cache duties, a second later than the last ones made (each test's volumes are made in order), with
+    the project's quota as the last look read it (`headroom`; None: not read yet)."""
     clock = LoopClock(START + timedelta(seconds=next(MOMENTS)))
-    return CacheVolumes(
-        store, CloudSet({"default": cinder}), inline(1, "cloud"), LogOnce(logging.getLogger("t")), clock
-    )
+    budget = QuotaBudget(clock)
+    if headroom is not None:
+        budget.refresh(headroom, 0.0)
+    log = LogOnce(logging.getLogger("t"))
+    return CacheVolumes(store, CloudSet({"default": cinder}), inline(1, "cloud"), log, clock, {"default": budget})
 
 
 def runner(store: Store, state: RunnerState = RunnerState.CREATING) -> Runner:
@@ -143,11 +147,13 @@ def gone_for_good(store: Store, row: Runner) -> None:
     store.run_blocking(runners.apply, [Transition(deleting, RunnerState.DELETED, Reason.CLEANUP)], now=START)
 
 
-def take(store: Store, cinder: MemoryCinder, cfg: CorralConfig, who: Runner) -> tuple[Taken | None, float]:
+def take(
+    store: Store, cinder: MemoryCinder, cfg: CorralConfig, who: Runner, headroom: Headroom | None = None
+) -> tuple[Taken | None, float]:
     """What `who` gets, and the virtual seconds it waited for it."""
 
     async def run() -> tuple[Taken | None, float]:
-        taken = await keeper(store, cinder).take(cfg, who, cfg.placements("small")[0])
+        taken = await keeper(store, cinder, headroom).take(cfg, who, cfg.placements("small")[0])
         return taken, virtual_time.now()
 
     return virtual_time.run(run())
@@ -193,6 +199,25 @@ def test_a_volume_cinder_is_slow_to_make_is_kept_for_a_later_runner_and_this_one
     taken, waited = take(store, cinder, cfg, slow)
     assert taken == Taken(None, CacheStart.NONE) and waited == 121.7
     assert rows(store) == [("vol-1", CacheVolumeState.HELD, slow.name, 1)]
+
+
+@pytest.mark.parametrize(
+    ("headroom", "made"),
+    [
+        (Headroom(volumes=0, gigabytes=100), 0),
+        (Headroom(volumes=3, gigabytes=4), 0),
+        (Headroom(volumes=1, gigabytes=5), 1),
+        (Headroom(instances=2), 1),  # Cinder's quota unlimited, or not read
+    ],
+)
+def test_a_new_volume_is_made_only_where_the_volume_quota_has_room_for_it(
+    store: Store, headroom: Headroom, made: int
+) -> None:
+    """A create Cinder would refuse for quota is not sent: the runner boots without a volume at once."""
+    cinder = MemoryCinder()
+    taken, _ = take(store, cinder, config(CACHE), runner(store), headroom)
+    assert cinder.created == made and (taken is not None and taken.start is CacheStart.COLD) == bool(made)
+    assert len(rows(store)) == made
 
 
 def test_a_volume_cinder_refuses_to_make_leaves_no_row_and_the_runner_boots_without(store: Store) -> None:
