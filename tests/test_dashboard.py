@@ -215,7 +215,10 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
 ) -> None:
     control.put("/quota", json={"instances": 10}).raise_for_status()
     corral = start_corral(
-        {"small": pool_spec(["small"], min_idle=2), "large": pool_spec(["large"], min_idle=1, flavor="m1.large")},
+        {
+            "small": pool_spec(["small"], min_idle=2),
+            "large": pool_spec(["large"], min_idle=1, flavor="m1.large", cache_volumes={"size_gb": 5, "max": 2}),
+        },
         default_pool="small",
     )
     warm(corral, {"small": 2, "large": 1})
@@ -234,6 +237,8 @@ def test_the_dashboard_renders_pools_and_runners_in_a_browser(
     assert ">ready<" in dom and "not ready" not in dom
     assert "corral-small-" in dom and "corral-large-" in dom
     assert re.search(r"quota left: <b>\d+</b> instances", dom), "the project's headroom is in the header"
+    # The warm runner of `large` holds the pool's first cache volume, new to it.
+    assert "cache volumes: 1 in use, 0 free, of 2 (0% started warm)" in dom
     assert token not in dom, "the token never appears in the page"
     session = cookies[DASHBOARD_COOKIE]
     assert (session["httpOnly"], session["sameSite"], session["path"]) == (True, "Strict", "/")

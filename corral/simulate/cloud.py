@@ -39,6 +39,8 @@ class SimulatedCloud:
         self.volumes: dict[str, CloudVolume] = {}
         """The pools' cache volumes: made available at once, attached while a server holds one."""
         self._volume_ids = itertools.count(1)
+        self._used: set[str] = set()
+        """Cache volumes a server has had: the next one to get one starts warm."""
 
     def list_servers(self) -> list[CloudServer]:
         return self.world.list_servers(self.name)
@@ -54,6 +56,8 @@ class SimulatedCloud:
         )
         if cache is not None:
             self.volumes[cache.id] = dataclasses.replace(cache, status="in-use", attached_to=(server.id,))
+            server.cache = "warm" if cache.id in self._used else "cold"
+            self._used.add(cache.id)
         return server.view()
 
     def delete_server(self, server_id: str) -> None:

@@ -71,6 +71,9 @@ class PoolReport:
     boot_failures: int
     waits: tuple[float, ...] = field(default=(), repr=False)
     """Every served job's wait, sorted (what a goal at any percentile is checked against)."""
+    cache_starts: dict[str, int] | None = None
+    """For a pool with `cache_volumes`: its servers created in the window by how they started (`warm`, with a
+    volume an earlier server used; `cold`, a new one; `none`, without one)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class Report:
                     "peak_servers": pool.peak_servers,
                     "servers": pool.servers,
                     "boot_failures": pool.boot_failures,
+                    **({"cache_starts": pool.cache_starts} if pool.cache_starts is not None else {}),
                 }
                 for name, pool in self.pools.items()
             },
@@ -117,6 +121,13 @@ class Report:
                  str(pool.peak_servers))
             )  # fmt: skip
         lines = aligned(rows, left=1)
+        for name, pool in self.pools.items():
+            if pool.cache_starts is not None:
+                starts = pool.cache_starts
+                lines.append(
+                    f"{name}: {starts['warm']} of {sum(starts.values())} servers started with a warm cache volume "
+                    f"({starts['cold']} with a new one, {starts['none']} without)"
+                )
         unmatched = f"{self.unmatched} unmatched (no pool takes their labels)"
         lines.append(f"{self.jobs} jobs, {unmatched}; {_h(self.measured_s):g} h measured")
         return "\n".join(lines) + "\n"
@@ -152,6 +163,7 @@ def report(outcome: Outcome, measure_from: float = 0.0) -> Report:
             servers=sum(1 for server in servers if server.created_at >= start),
             boot_failures=sum(1 for server in servers if server.created_at >= start and server.status == "ERROR"),
             waits=tuple(sorted(waits)),
+            cache_starts=_cache_starts(servers, start) if name in outcome.cached_pools else None,
         )
     return Report(
         jobs=len(jobs),
@@ -159,6 +171,13 @@ def report(outcome: Outcome, measure_from: float = 0.0) -> Report:
         pools=pools,
         measured_s=end - start,
     )
+
+
+def _cache_starts(servers: Sequence[SimServer], start: float) -> dict[str, int]:
+    made = [server for server in servers if server.created_at >= start]
+    warm = sum(1 for server in made if server.cache == "warm")
+    cold = sum(1 for server in made if server.cache == "cold")
+    return {"warm": warm, "cold": cold, "none": len(made) - warm - cold}
 
 
 def _runner_time(servers: Sequence[SimServer], start: float, end: float) -> RunnerTime:

@@ -59,6 +59,8 @@ class Outcome:
     """The loop time of the trace's first job (`at` 0)."""
     end: float
     pools: tuple[str, ...]
+    cached_pools: tuple[str, ...] = ()
+    """The pools with `cache_volumes`, whose servers' starts (warm, cold, none) the report counts."""
 
 
 def refusals(config: CorralConfig) -> list[str]:
@@ -136,7 +138,8 @@ async def _run(config: CorralConfig, trace: Trace, settings: Settings, store: St
     stop.set()
     await serving
     await asyncio.gather(*pending, return_exceptions=True)
-    return Outcome(ledger=world.ledger, origin=origin, end=end, pools=tuple(config.pools))
+    cached = tuple(name for name, pool in config.pools.items() if pool.cache_volumes is not None)
+    return Outcome(ledger=world.ledger, origin=origin, end=end, pools=tuple(config.pools), cached_pools=cached)
 
 
 def _update(job: SimJob, action: str, world: World) -> JobUpdate:

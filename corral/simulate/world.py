@@ -106,6 +106,9 @@ class SimServer:
     done_at: float | None = None
     deleted_at: float | None = None
     runner: SimRunner | None = None
+    cache: str | None = None
+    """`warm` or `cold` when it got one of its pool's cache volumes (one an earlier server used, or a new one);
+    None when it got none."""
 
     def view(self) -> CloudServer:
         return CloudServer(

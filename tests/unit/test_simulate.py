@@ -537,3 +537,16 @@ def test_the_command_suggests_as_a_table_and_refuses_suggest_with_compare(
     assert lines[-1] == "auto is min_idle: {auto: {target_wait: 30s, percentile: 95}}"
     assert main(["simulate", *arguments, "--compare", str(config_file)]) == 2
     assert "leave out --compare and --html" in capsys.readouterr().err
+
+
+def test_cache_volumes_are_counted_warm_cold_or_none_for_each_server() -> None:
+    """A job every 10 minutes: the first server makes the pool's volume, every later one gets it back warm
+    (freed long before the next job). Four jobs at once on `max: 2`: two new volumes, two servers without."""
+    cached = config(small={"cache_volumes": {"size_gb": 20, "max": 2}, "max_runners": 10})
+    sparse = run(cached, trace(*((at, 120.0) for at in range(0, 6000, 600))), boot=BootTimes(60.0))
+    assert sparse.pools["small"].cache_starts == {"warm": 9, "cold": 1, "none": 0}
+    burst = run(cached, trace(*((0.0, 120.0) for _ in range(4))), boot=BootTimes(60.0))
+    assert burst.pools["small"].cache_starts == {"warm": 0, "cold": 2, "none": 2}
+    assert burst.as_dict()["pools"]["small"]["cache_starts"] == {"warm": 0, "cold": 2, "none": 2}  # type: ignore[index]
+    assert "small: 0 of 4 servers started with a warm cache volume (2 with a new one, 2 without)" in burst.as_table()
+    assert run(config(small={}), SPREAD, boot=BootTimes(60.0)).pools["small"].cache_starts is None

@@ -223,6 +223,7 @@
             : "",
           rolloutText(pool.rollout),
           ...Object.entries(pool.placement_rollouts || {}).map(([key, rollout]) => rolloutText(rollout, key)),
+          cacheText(pool.cache_volumes),
           pool.intake === "scale_set"
             ? ` · scale set ${pool.scale_set_id ?? "?"}, session ${pool.session ?? "on its holder"}` +
                 (pool.job_messages === null ? "" : `, ${pool.job_messages} job messages, ${pool.recoveries} recoveries`) +
@@ -236,6 +237,15 @@
       );
     });
     $("pools").replaceChildren(...cards);
+  }
+
+  /** A pool's cache volumes in a few words: how many hold a server, how many are free, and how its runners started. */
+  function cacheText(cache) {
+    if (!cache) return "";
+    const left = cache.creating + cache.held + cache.free + cache.deleting;
+    if (!cache.max) return ` · cache volumes: ${left} left, being deleted`;
+    const started = cache.warm_share === null ? "no runner yet" : `${Math.round(cache.warm_share * 100)}% started warm`;
+    return ` · cache volumes: ${cache.creating + cache.held} in use, ${cache.free} free, of ${cache.max} (${started})`;
   }
 
   /** A pool's image rollout in a few words: which image (in which placement), how far it got (ids shortened). */
