@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import openstack.connection
+import pytest
 
 from corral.model import RunnerState
 from corral_sandbox.local import corral_config, pool_spec
@@ -92,3 +93,32 @@ def test_two_cache_volumes_serve_thirty_jobs_and_go_once_the_setting_does(
 
     wait_until(removed, timeout=60, what="the pool's cache volumes deleted, and forgotten")
     assert control.get("/stats").json()["cloud"]["volumes_deleted"] == 2
+
+
+def test_a_volume_nova_left_attached_to_a_deleted_server_is_detached_and_used_again(
+    start_corral: StartCorral,
+    control: httpx.Client,
+    os_conn: openstack.connection.Connection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every server delete leaves the pool's one volume `in-use`, attached to the gone server (Nova's detach
+    call to Cinder failed): corral detaches it (Cinder's `os-detach`) once its runner is gone, and the next
+    runner gets it, warm."""
+    control.put("/faults", json={"world": {"stuck_attachment_rate": 1.0}}).raise_for_status()
+    corral = start_corral({"small": pool_spec(["small"], cache_volumes={"size_gb": 5, "max": 1})})
+    for _ in range(3):
+        (job,) = submit(control, 1)
+
+        def served(job: int = job) -> bool:
+            with corral.api() as api:
+                (pool,) = api.get("/api/v1/pools").raise_for_status().json()
+            done = control.get(f"/jobs/{job}").json()["status"] == "completed"
+            return done and pool["cache_volumes"]["free"] == 1
+
+        wait_until(served, timeout=60, what="the job done and its stuck volume detached and free again")
+    (volume,) = cache_volumes(os_conn).values()
+    assert volume.status == "available" and not volume.attachments
+    assert control.get("/stats").json()["cloud"]["volumes_created"] == 1
+    assert sorted(runner.cache or "" for runner in corral.runners(pool="small")) == ["cold", "warm", "warm"]
+    detaches = [record for record in caplog.records if "is still attached to server" in record.getMessage()]
+    assert len(detaches) == 3, "each of the three servers left it attached"

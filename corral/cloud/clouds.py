@@ -100,6 +100,9 @@ class CloudSet:
     def delete_volume(self, volume_id: str, cloud: str) -> None:
         self.provider(cloud).delete_volume(volume_id)
 
+    def detach_volume(self, volume_id: str, attachment_id: str, cloud: str) -> None:
+        self.provider(cloud).detach_volume(volume_id, attachment_id)
+
     def close(self) -> None:
         for provider in self._providers.values():
             provider.close()

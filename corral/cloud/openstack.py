@@ -622,6 +622,7 @@ class OpenStackProvider:
         metadata = volume.get("metadata") or {}
         if metadata.get(META_INSTALLATION) != self.installation or META_CACHE not in metadata:
             return None
+        attachments = [a for a in volume.get("attachments") or [] if isinstance(a, dict) and a.get("server_id")]
         return CloudVolume(
             id=volume["id"],
             name=volume.get("name") or "",
@@ -629,11 +630,8 @@ class OpenStackProvider:
             size_gb=int(volume.get("size") or 0),
             installation=self.installation,
             pool=metadata.get(META_POOL, ""),
-            attached_to=tuple(
-                str(attachment["server_id"])
-                for attachment in volume.get("attachments") or []
-                if attachment.get("server_id")
-            ),
+            attached_to=tuple(str(attachment["server_id"]) for attachment in attachments),
+            attachment_ids=tuple(str(attachment.get("attachment_id") or "") for attachment in attachments),
         )
 
     def list_cache_volumes(self) -> list[CloudVolume]:
@@ -694,6 +692,16 @@ class OpenStackProvider:
                 os_exceptions.raise_from_response(response)
 
         self._idempotent(f"delete volume {volume_id}", delete)
+
+    def detach_volume(self, volume_id: str, attachment_id: str) -> None:
+        """Cinder's `os-detach` action, which a volume's owner may send (Nova's own detach is what failed)."""
+
+        def detach() -> None:
+            body = {"os-detach": {"attachment_id": attachment_id}}
+            response = self.connection.block_storage.post(f"/volumes/{volume_id}/action", json=body, raise_exc=False)
+            os_exceptions.raise_from_response(response)
+
+        self._idempotent(f"detach volume {volume_id}", detach)
 
     def close(self) -> None:
         self.connection.close()

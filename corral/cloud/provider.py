@@ -137,7 +137,9 @@ class CloudVolume:
     installation: str
     pool: str
     attached_to: tuple[str, ...] = ()
-    """The servers it is attached to (at most one for a cache volume)."""
+    """The servers it is attached to (at most one for a cache volume)..."""
+    attachment_ids: tuple[str, ...] = ()
+    """...and Cinder's ids of those attachments, in the same order."""
     cloud: str = DEFAULT_CLOUD
 
     @property
@@ -194,6 +196,10 @@ class CloudProvider(Protocol):
 
     def delete_volume(self, volume_id: str) -> None:
         """Delete a volume that is not attached; an already-gone volume is not an error."""
+        ...
+
+    def detach_volume(self, volume_id: str, attachment_id: str) -> None:
+        """Free a volume Cinder still shows attached to a server that is gone (Nova's detach never reached it)."""
         ...
 
     def close(self) -> None: ...

@@ -227,8 +227,10 @@ class CacheVolumes:
 
     # -- the keeper's round --------------------------------------------------------------------------------
 
-    async def keep(self, config: CorralConfig) -> None:
-        """Join Cinder's cache volumes with the store's rows, in every cloud, and act on what differs."""
+    async def keep(self, config: CorralConfig, servers: Mapping[str, set[str]] | None = None) -> None:
+        """Join Cinder's cache volumes with the store's rows, in every cloud, and act on what differs.
+        `servers`: the ids of corral's servers the last look listed, by cloud (a cloud it did not list is
+        absent): a volume still attached to a server gone from there is detached."""
         wanted = {name: pool.cache_volumes for name, pool in config.pools.items() if pool.cache_volumes}
         if not wanted and not self._kept_any:
             return
@@ -243,15 +245,21 @@ class CacheVolumes:
                 continue
             self._log_once.clear(f"cache:list:{cloud}")
             found_any |= bool(listed)
-            await self._keep_cloud(config, cloud, [row for row in rows if row.cloud == cloud], listed)
+            mine = [row for row in rows if row.cloud == cloud]
+            await self._keep_cloud(config, cloud, mine, listed, (servers or {}).get(cloud))
         self._kept_any = found_any
         self._publish(await self._store.run(store_volumes.counts), config)
 
     async def _keep_cloud(
-        self, config: CorralConfig, cloud: str, rows: list[CacheVolume], listed: list[CloudVolume]
+        self,
+        config: CorralConfig,
+        cloud: str,
+        rows: list[CacheVolume],
+        listed: list[CloudVolume],
+        servers: set[str] | None,
     ) -> None:
         by_id = {volume.id: volume for volume in listed}
-        settled = await self._settle(cloud, rows, by_id)
+        settled = await self._settle(cloud, rows, by_id, servers)
         now = self._clock.now()
         for pool in sorted({row.pool for row in settled}):
             settings = config.pools[pool].cache_volumes if pool in config.pools else None
@@ -283,10 +291,13 @@ class CacheVolumes:
                 )
                 await self._delete(volume)
 
-    async def _settle(self, cloud: str, rows: list[CacheVolume], by_id: dict[str, CloudVolume]) -> list[CacheVolume]:
+    async def _settle(
+        self, cloud: str, rows: list[CacheVolume], by_id: dict[str, CloudVolume], servers: set[str] | None
+    ) -> list[CacheVolume]:
         """The rows after what Cinder says of their volumes: a volume whose runner is gone and which is
-        available is free again; one in error is to be deleted; a row whose volume is gone is forgotten
-        (as is a `creating` row whose create never answered)."""
+        available is free again (still attached to that runner's gone server: detached, and free at the next
+        round); one in error is to be deleted; a row whose volume is gone is forgotten (as is a `creating` row
+        whose create never answered)."""
         now = self._clock.now()
         holders = sorted({row.runner for row in rows if row.runner and row.state is CacheVolumeState.HELD})
         alive = await self._store.run(store_volumes.runners_alive, holders) if holders else set()
@@ -311,6 +322,9 @@ class CacheVolumes:
             elif row.state is CacheVolumeState.HELD and row.runner not in alive and volume.status == "available":
                 freed = await self._store.run(store_volumes.free, row.id, row.runner, now=now)
                 settled.append(replace(row, state=CacheVolumeState.FREE, runner=None) if freed else row)
+            elif row.state is CacheVolumeState.HELD and row.runner not in alive and _left_on_gone(volume, servers):
+                await self._detach(volume, row)
+                settled.append(row)
             else:
                 settled.append(row)
         if gone:
@@ -320,6 +334,19 @@ class CacheVolumes:
     @staticmethod
     def _detached(volume: CloudVolume) -> bool:
         return volume.status in DETACHED and not volume.attached_to
+
+    async def _detach(self, volume: CloudVolume, row: CacheVolume) -> None:
+        logger.warning(
+            "cache volume %s of pool %s is still attached to server %s, which is gone: detaching it",
+            volume.id,
+            row.pool,
+            ", ".join(volume.attached_to),
+        )
+        for attachment in volume.attachment_ids:
+            try:
+                await self._cloud("detach_volume", self._clouds.detach_volume, volume.id, attachment, volume.cloud)
+            except CloudError as exc:
+                self._log_once.warning("cache:detach", f"detach cache volume {volume.id} failed, trying again: {exc}")
 
     async def _delete(self, volume: CloudVolume) -> None:
         try:
@@ -332,3 +359,8 @@ class CacheVolumes:
         for pool in set(counts) | {name for name, pool in config.pools.items() if pool.cache_volumes}:
             for state in CacheVolumeState:
                 CACHE_VOLUMES.labels(pool, state.value).set(counts.get(pool, {}).get(state.value, 0))
+
+
+def _left_on_gone(volume: CloudVolume, servers: set[str] | None) -> bool:
+    """Attached only to servers the last look of its cloud did not list (None: the cloud was not listed)."""
+    return servers is not None and bool(volume.attached_to) and not servers.intersection(volume.attached_to)

@@ -124,7 +124,7 @@ class Housekeeper:
         self.workers.wake_all()
         await self._delete_orphan_registrations(observation)
         await self._forget_empty_clouds(observation)
-        self._keep_cache_volumes()
+        self._keep_cache_volumes(observation)
         publish_headroom(observation.headrooms)
         if observation.servers is None:
             return
@@ -164,11 +164,16 @@ class Housekeeper:
                     ActionKind.ORPHAN, key, self.cleaner.delete_orphan_registration(runner, scope, registration.id)
                 )
 
-    def _keep_cache_volumes(self) -> None:
+    def _keep_cache_volumes(self, observation: Observation) -> None:
         """The pools' cache volumes are joined with Cinder's after each look, by the housekeeping replica (the
-        store's claims keep the pools' holders, which take volumes, and it apart)."""
-        if self.leases.holds(HOUSEKEEPING) and not self.supervisor.busy(CACHE_KEEPER):
-            self.supervisor.start(ActionKind.CACHE_VOLUMES, CACHE_KEEPER, self.caches.keep(self.running.config))
+        store's claims keep the pools' holders, which take volumes, and it apart), with the servers the look
+        listed in each cloud."""
+        if not self.leases.holds(HOUSEKEEPING) or self.supervisor.busy(CACHE_KEEPER):
+            return
+        servers: dict[str, set[str]] = {cloud: set() for cloud in observation.listed}
+        for server in (observation.servers or {}).values():
+            servers.setdefault(server.cloud, set()).add(server.id)
+        self.supervisor.start(ActionKind.CACHE_VOLUMES, CACHE_KEEPER, self.caches.keep(self.running.config, servers))
 
     def _cleans_up_after(self, pool: str) -> bool:
         """Whether this replica deletes a server of `pool` nobody owns: the pool's holder does, and the holder

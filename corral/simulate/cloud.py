@@ -87,6 +87,9 @@ class SimulatedCloud:
     def delete_volume(self, volume_id: str) -> None:
         self.volumes.pop(volume_id, None)
 
+    def detach_volume(self, volume_id: str, attachment_id: str) -> None:
+        """Never needed: the simulated cloud detaches a volume with its server."""
+
     def check_pool(self, spec: ServerSpec) -> list[str]:
         return []
 

@@ -69,6 +69,9 @@ class WorldFaults:
     lost_mid_job_rate: float = 0.0
     """Share of jobs whose runner's server dies halfway through the job (its host failed: the server goes to
     ERROR with a fault); GitHub fails the job `lost_contact_delay` later (`Timings`)."""
+    stuck_attachment_rate: float = 0.0
+    """Share of server deletes after which a volume mapped to be kept (`delete_on_termination: false`) stays
+    `in-use`, attached to the gone server, as when Nova's detach call to Cinder fails: `os-detach` frees it."""
     webhook_drop_rate: float = 0.0
     """Share of webhook deliveries that fail; they show in the delivery log and can be redelivered."""
     webhook_lose_rate: float = 0.0
@@ -92,6 +95,7 @@ class WorldFaults:
             "boot_failure_rate",
             "never_register_rate",
             "lost_mid_job_rate",
+            "stuck_attachment_rate",
             "webhook_drop_rate",
             "webhook_lose_rate",
             "secondary_rate_limit_rate",

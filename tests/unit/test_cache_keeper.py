@@ -46,6 +46,7 @@ class MemoryCinder:
         self._ids = itertools.count(1)
         self.created = 0
         self.deleted: list[str] = []
+        self.detached: list[tuple[str, str]] = []
         self.creating_for = creating_for
         self.refuse = refuse
 
@@ -73,6 +74,12 @@ class MemoryCinder:
     def delete_volume(self, volume_id: str) -> None:
         self.deleted.append(volume_id)
         self.volumes.pop(volume_id, None)
+
+    def detach_volume(self, volume_id: str, attachment_id: str) -> None:
+        self.detached.append((volume_id, attachment_id))
+        self.volumes[volume_id] = dataclasses.replace(
+            self.volumes[volume_id], status="available", attached_to=(), attachment_ids=()
+        )
 
     # The rest of a cloud, which the cache duties never ask for.
     def list_servers(self) -> list[CloudServer]:
@@ -226,8 +233,8 @@ def test_a_volume_cinder_refuses_to_make_leaves_no_row_and_the_runner_boots_with
     assert rows(store) == []
 
 
-def keep(store: Store, cinder: MemoryCinder, cfg: CorralConfig) -> None:
-    virtual_time.run(keeper(store, cinder).keep(cfg))
+def keep(store: Store, cinder: MemoryCinder, cfg: CorralConfig, servers: dict[str, set[str]] | None = None) -> None:
+    virtual_time.run(keeper(store, cinder).keep(cfg, servers))
 
 
 def test_the_keeper_frees_a_volume_once_its_runner_is_gone_and_cinder_says_available(store: Store) -> None:
@@ -325,3 +332,26 @@ def test_lowering_max_deletes_the_least_used_free_volumes(store: Store) -> None:
         ("vol-2", CacheVolumeState.DELETING),
         ("vol-3", CacheVolumeState.HELD),
     ]
+
+
+@pytest.mark.parametrize(
+    ("listed", "detached"),
+    [
+        ({"default": {"srv-other"}}, [("vol-1", "att-1")]),  # the server is gone: Nova's detach never came
+        ({"default": {"srv-gone", "srv-other"}}, []),  # still listed: not corral's to take
+        ({}, []),  # the cloud's servers could not be listed: nothing is known
+    ],
+)
+def test_a_volume_left_attached_to_a_server_that_is_gone_is_detached_and_then_free(
+    store: Store, listed: dict[str, set[str]], detached: list[tuple[str, str]]
+) -> None:
+    cinder, cfg = MemoryCinder(), config(CACHE)
+    first = runner(store)
+    take(store, cinder, cfg, first)
+    gone_for_good(store, first)
+    stuck = dataclasses.replace(cinder.volumes["vol-1"], status="in-use", attached_to=("srv-gone",))
+    cinder.volumes["vol-1"] = dataclasses.replace(stuck, attachment_ids=("att-1",))
+    keep(store, cinder, cfg, listed)
+    assert cinder.detached == detached and rows(store)[0][1] is CacheVolumeState.HELD
+    keep(store, cinder, cfg, listed)
+    assert rows(store)[0][1] is (CacheVolumeState.FREE if detached else CacheVolumeState.HELD)

@@ -62,6 +62,9 @@ class SlowCheckCloud:
     def delete_volume(self, volume_id: str) -> None:
         raise AssertionError("not asked")
 
+    def detach_volume(self, volume_id: str, attachment_id: str) -> None:
+        raise AssertionError("not asked")
+
     def close(self) -> None:
         """Nothing to close."""
 

@@ -16,7 +16,7 @@ from corral_sandbox.cloud.errors import ApiError
 from corral_sandbox.cloud.microversion import CINDER, Version
 from corral_sandbox.cloud.records import Volume
 from corral_sandbox.cloud.service import json_body, no_content, respond, service_router
-from corral_sandbox.cloud.state import CloudState
+from corral_sandbox.cloud.state import CloudState, detach
 
 if TYPE_CHECKING:
     from corral_sandbox.world import World
@@ -208,6 +208,23 @@ def build_cinder_router(world: World, cloud: CloudState) -> APIRouter:
     async def show_volume(request: Request, project_id: str, volume_id: str) -> Response:
         check_project(project_id)
         return respond(request, {"volume": volume_body(state, base, find(volume_id), request.state.version)})
+
+    @router.post("/volumes/{volume_id}/action")
+    async def volume_action(request: Request, project_id: str, volume_id: str) -> Response:
+        """`os-detach` only, as its owner may send it: frees a volume still attached (to a server that may be
+        gone), optionally naming the attachment."""
+        check_project(project_id)
+        volume = find(volume_id)
+        body = await json_body(request)
+        if set(body) != {"os-detach"}:
+            raise ApiError(400, f"There is no such action: {', '.join(sorted(body)) or 'none'}")
+        wanted = (body["os-detach"] or {}).get("attachment_id")
+        if volume.server_id is None or volume.status not in ("in-use", "reserved", "attaching", "detaching"):
+            raise ApiError(400, "Invalid volume: Volume must be attached in order to detach.")
+        if wanted is not None and wanted != volume.attachment_id:
+            raise ApiError(404, f"Volume attachment {wanted} could not be found.")
+        detach(volume)
+        return no_content(request, 202)
 
     @router.delete("/volumes/{volume_id}")
     async def delete_volume(request: Request, project_id: str, volume_id: str) -> Response:

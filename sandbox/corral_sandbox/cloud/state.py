@@ -530,8 +530,9 @@ class CloudState:
                 continue
             if attachment.delete_on_termination:
                 self._drop_volume(volume)
-            else:
+            elif not self.world.faults.chance(self.world.faults.world.stuck_attachment_rate):
                 detach(volume)
+            # else: Nova's call to Cinder failed, and the volume stays `in-use`, attached to a server that is gone
         group = self.server_groups.get(server.server_group_id or "")
         if group is not None and server.id in group.members:
             group.members.remove(server.id)
