@@ -113,7 +113,7 @@ def test_a_volume_nova_left_attached_to_a_deleted_server_is_detached_and_used_ag
             with corral.api() as api:
                 (pool,) = api.get("/api/v1/pools").raise_for_status().json()
             done = control.get(f"/jobs/{job}").json()["status"] == "completed"
-            return done and pool["cache_volumes"]["free"] == 1
+            return bool(done and pool["cache_volumes"]["free"] == 1)
 
         wait_until(served, timeout=60, what="the job done and its stuck volume detached and free again")
     (volume,) = cache_volumes(os_conn).values()

@@ -618,16 +618,23 @@ class OpenStackProvider:
 
     # -- cache volumes ----------------------------------------------------------------------------
 
-    def _cache_volume(self, volume: dict[str, Any]) -> CloudVolume | None:
-        metadata = volume.get("metadata") or {}
+    def _cache_volume(self, volume: Any) -> CloudVolume | None:
+        """One of this installation's cache volumes from Cinder's JSON; None for anything else, or for an
+        entry too broken to read (no id): a listing is never refused whole for one odd entry."""
+        if not isinstance(volume, dict) or not isinstance(volume.get("id"), str):
+            return None
+        metadata = volume.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
         if metadata.get(META_INSTALLATION) != self.installation or META_CACHE not in metadata:
             return None
+        size = volume.get("size")
         attachments = [a for a in volume.get("attachments") or [] if isinstance(a, dict) and a.get("server_id")]
         return CloudVolume(
             id=volume["id"],
             name=volume.get("name") or "",
             status=volume.get("status") or "",
-            size_gb=int(volume.get("size") or 0),
+            size_gb=size if isinstance(size, int) else 0,
             installation=self.installation,
             pool=metadata.get(META_POOL, ""),
             attached_to=tuple(str(attachment["server_id"]) for attachment in attachments),
