@@ -43,7 +43,11 @@ READY_WAIT_S = 120.0
 READY_POLL_S = (0.2, 0.5, 1.0, 2.0)
 """The pauses between looks at a new volume's status: Cinder makes a blank volume in a second or a few."""
 ORPHAN_GRACE = timedelta(minutes=10)
-"""How long a `creating` row without a Cinder id is left to the create that wrote it."""
+"""How long a `creating` row without a Cinder id is left to the create that wrote it, when Cinder has no
+volume of its name: then it is forgotten (Cinder never made it)."""
+ADOPT_AFTER = timedelta(seconds=READY_WAIT_S + 60)
+"""When a `creating` row whose volume Cinder lists by its name is taken to have lost its create's answer (the
+create would have recorded it within its wait), and the volume is recorded as the row's."""
 DETACHED = ("available", "error")
 """Cinder's statuses in which a volume is attached to nothing and may be deleted."""
 
@@ -299,15 +303,23 @@ class CacheVolumes:
         round); one in error is to be deleted; a row whose volume is gone is forgotten (as is a `creating` row
         whose create never answered)."""
         now = self._clock.now()
+        by_name = {volume.name: volume for volume in by_id.values()}
         holders = sorted({row.runner for row in rows if row.runner and row.state is CacheVolumeState.HELD})
         alive = await self._store.run(store_volumes.runners_alive, holders) if holders else set()
         settled: list[CacheVolume] = []
         gone: list[str] = []
         for row in rows:
             volume = by_id.get(row.volume_id or "")
-            if row.volume_id is None:
+            made = by_name.get(row.name) if row.volume_id is None else None
+            if made is not None and now - row.created_at > ADOPT_AFTER:
+                # Its create's answer never came back to be recorded (corral killed, the answer lost): the row
+                # is the volume's, held by the runner it was made for, and freed when that runner is gone.
+                logger.info("cache volume %s of pool %s: made, though its create was never answered", made.id, row.pool)
+                await self._store.run(store_volumes.created, row.id, made.id, now=now)
+                settled.append(replace(row, volume_id=made.id, state=CacheVolumeState.HELD))
+            elif row.volume_id is None:
                 if now - row.created_at > ORPHAN_GRACE:
-                    gone.append(row.id)  # a volume its create made has no row now, and goes as an orphan
+                    gone.append(row.id)  # Cinder never made it
                 else:
                     settled.append(row)
             elif volume is None:

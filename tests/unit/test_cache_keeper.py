@@ -355,3 +355,23 @@ def test_a_volume_left_attached_to_a_server_that_is_gone_is_detached_and_then_fr
     assert cinder.detached == detached and rows(store)[0][1] is CacheVolumeState.HELD
     keep(store, cinder, cfg, listed)
     assert rows(store)[0][1] is (CacheVolumeState.FREE if detached else CacheVolumeState.HELD)
+
+
+def test_a_volume_whose_create_answer_was_lost_is_recorded_as_its_rows_and_freed_with_its_runner(
+    store: Store,
+) -> None:
+    """corral was killed after Cinder made the volume and before it recorded the id: five minutes on, the keeper
+    finds the volume by the row's name and records it; once its runner is gone, it is the pool's free volume."""
+    cinder, cfg = MemoryCinder(), config(CACHE)
+    killed = runner(store)
+    earlier = START - timedelta(minutes=5)
+    reserved = store.run_blocking(
+        cache_volumes.reserve_new, "small", "default", killed.name, size_gb=5, most=2, now=earlier
+    )
+    assert reserved is not None
+    cinder.add(reserved.name, "available")
+    keep(store, cinder, cfg)
+    assert rows(store) == [("vol-1", CacheVolumeState.HELD, killed.name, 1)]
+    gone_for_good(store, killed)
+    keep(store, cinder, cfg)
+    assert rows(store) == [("vol-1", CacheVolumeState.FREE, None, 1)] and cinder.deleted == []
