@@ -20,8 +20,12 @@ import pstats
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sqlalchemy.engine import Engine
+
+from bench.counting import StatementCounter
 from bench.traces import add_trace_arguments, trace_jobs, trace_seconds
 from corral.config import CorralConfig, parse_config
 from corral.simulate.run import simulate
@@ -68,10 +72,12 @@ def main() -> None:
     config = bench_config()
 
     profile = cProfile.Profile()  # the wall clock: a CPU clock costs a system call a reading
+    statements = StatementCounter(cast(Engine, Engine))  # every engine: the simulation's store is made inside
     began = time.process_time()
-    profile.enable()
-    outcome = simulate(config, trace)
-    profile.disable()
+    with statements.counting():
+        profile.enable()
+        outcome = simulate(config, trace)
+        profile.disable()
     cpu = time.process_time() - began
     if args.output is not None:
         profile.dump_stats(args.output)
@@ -80,6 +86,9 @@ def main() -> None:
     print(f"{len(trace.jobs)} jobs ({served} served) over {seconds / 3600:.1f} simulated hours")
     print(f"CPU under the profiler: {cpu:.1f} s, {cpu / max(len(trace.jobs), 1) * 1000:.1f} ms a job")
     print("(the profiler roughly doubles the cost: time `corral simulate` on the same trace for the real figure)")
+    jobs = max(len(trace.jobs), 1)
+    kinds = ", ".join(f"{kind} {count / jobs:.2f}" for kind, count in statements.kinds.most_common(8))
+    print(f"SQL statements: {statements.total / jobs:.2f} a job ({kinds}, ...)")
     stats = pstats.Stats(profile)
     out = io.StringIO()
     stats.stream = out  # type: ignore[attr-defined]  # where print_stats writes

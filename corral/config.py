@@ -45,7 +45,7 @@ from sqlalchemy.exc import ArgumentError
 from corral import schedules as warm_schedules
 from corral import secrets
 from corral.images import ImageFilter, ImageRef
-from corral.model import REPO_PATTERN
+from corral.model import REPO_PATTERN, RUNNER_ID_LENGTH
 from corral.userdata import SAMPLE_JIT_CONFIG_LENGTH, UserDataError, load_template, render_user_data
 from corral.warmth import AutoWarm
 from corral.yamlfile import DuplicateKey, YamlProblem, parse_yaml
@@ -1022,6 +1022,16 @@ class CorralConfig(StrictModel):
         return any(
             self.volumes_for(name) or pool.boot_volume_gb or pool.cache_volumes for name, pool in self.pools.items()
         )
+
+    def pool_of_runner(self, name: str) -> str | None:
+        """The pool of one of this installation's runners, read from its name (`<name_prefix>-<pool>-<id>`:
+        the id comes last and has no dash, so a pool whose name has dashes reads whole); None when the name is
+        not one corral gives (another prefix, no id) or names no pool of this config (a removed one)."""
+        prefix = f"{self.name_prefix}-"
+        if not name.startswith(prefix):
+            return None
+        pool, _, runner_id = name[len(prefix) :].rpartition("-")
+        return pool if pool in self.pools and len(runner_id) == RUNNER_ID_LENGTH else None
 
     def volumes_for(self, pool_name: str) -> list[VolumeConfig]:
         """A pool's own extra volumes plus the shared ones propagated to it (the pool's own win on a name)."""

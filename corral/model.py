@@ -19,6 +19,10 @@ REPO_PATTERN = r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
 """A repository as `OWNER/REPO`: a pool's `scope.repo`, a job trace's `repo` and the sandbox's job requests."""
 
 
+RUNNER_ID_LENGTH = 10
+"""A runner's id: lowercase hex, the last part of its name (`<name_prefix>-<pool>-<id>`)."""
+
+
 class InvalidTransition(ValueError):
     """A runner was asked to move to a state it cannot reach from where it is."""
 

@@ -64,7 +64,13 @@ class Service:
         )
         self.operator = Operator(self.engine)
         """What the API asks of the engine and does to it (and nothing else of it)."""
-        self.intake = Intake(self.store, self.engine.recorded, config.tuning.intake_group, self.engine.clock)
+        self.intake = Intake(
+            self.store,
+            self.engine.recorded,
+            config.tuning.intake_group,
+            self.engine.clock,
+            runner_pool=self.engine.pool_of_runner,
+        )
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []
         self._reloading = asyncio.Lock()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from corral.store.database import Store
 from corral.store.intake import Intake
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
+from tests.minimal_config import minimal_config
 from tests.seeding import start_with_idle_runners
 from tests.store_urls import postgres_url, sqlite_url
 from tests.waiting import wait_until
@@ -48,12 +50,14 @@ def delivery(job_id: int, status: JobState, runner_name: str | None = None) -> D
     return Delivery(id=f"{status.value}-{job_id}", event="workflow_job", action=status.value, job=job)
 
 
-def record(store: Store, deliveries: list[Delivery]) -> list[DeliveryOutcome]:
+def record(
+    store: Store, deliveries: list[Delivery], runner_pool: Callable[[str], str | None] = lambda _: None
+) -> list[DeliveryOutcome]:
     """Deliveries arriving together, recorded through the webhook endpoint's own group commit."""
 
     async def arrive() -> list[DeliveryOutcome]:
         heard: list[IntakeResult] = []
-        intake = Intake(store, heard.append)
+        intake = Intake(store, heard.append, runner_pool=runner_pool)
         return list(await asyncio.gather(*(intake.record(item) for item in deliveries)))
 
     return asyncio.run(arrive())
@@ -75,8 +79,14 @@ def test_webhook_intake_costs_two_statements_per_group_of_up_to_500(store: Store
     taken = [delivery(job_id, JobState.IN_PROGRESS, f"runner-{job_id}") for job_id in range(1, batch + 1)]
     with counter.counting():
         assert record(store, taken) == [DeliveryOutcome.RECORDED] * batch
-    # The same two, and the pools of the runners the jobs name (SELECT runners), to wake them too.
+    # The same two, and the pools of the runners the jobs name (SELECT runners), to wake them too: names
+    # corral did not give (another manager's, or of a pool no longer in the config) are looked up...
     assert dict(counter.kinds) == {**expected, "SELECT runners": groups}, counter.texts
+    finished = [delivery(job_id, JobState.COMPLETED, f"corral-small-{job_id:010x}") for job_id in range(1, batch + 1)]
+    with counter.counting():
+        assert record(store, finished, minimal_config().pool_of_runner) == [DeliveryOutcome.RECORDED] * batch
+    # ...and corral's own are read from their names (`<name_prefix>-<pool>-<id>`): no query.
+    assert dict(counter.kinds) == expected, counter.texts
 
     with counter.counting():
         assert record(store, queued) == [DeliveryOutcome.DUPLICATE] * batch

@@ -416,6 +416,11 @@ class Engine:
         for pool in pools_to_wake:
             self.workers.wake(pool)
 
+    def pool_of_runner(self, name: str) -> str | None:
+        """The pool of one of corral's runners, read from its name by the config in force (None: the intake
+        asks the store): the webhooks of a job taken and finished wake its runner's pool without a query."""
+        return self.running.config.pool_of_runner(name)
+
     def recorded(self, intake: IntakeResult) -> None:
         """Webhooks were recorded: new demand is acted on at once; news of runners taking or finishing jobs
         waits a moment (`tuning.news_delay`), so that one pass takes many of them at once."""

@@ -105,7 +105,7 @@ async def _run(config: CorralConfig, trace: Trace, settings: Settings, store: St
         {name: SimulatedCloud(world, name, config.installation, settings.instances) for name in config.cloud_settings()}
     )
     engine = Engine(config, store, clouds, SimulatedGitHub(world), clock=clock, replica="simulate", executors=inline)
-    intake = Intake(store, engine.recorded, config.tuning.intake_group, clock)
+    intake = Intake(store, engine.recorded, config.tuning.intake_group, clock, runner_pool=engine.pool_of_runner)
     deliveries = itertools.count(1)
     pending: set[asyncio.Task[object]] = set()
 

@@ -29,9 +29,12 @@ class Intake:
         on_recorded: Callable[[IntakeResult], None],
         group: int = 500,
         clock: Clock = SYSTEM_CLOCK,
+        runner_pool: Callable[[str], str | None] = lambda _: None,
     ) -> None:
         """`group`: deliveries per transaction at most, which keeps one commit short even after a pause;
-        `clock`: what a delivery's receipt is stamped by (the engine's)."""
+        `clock`: what a delivery's receipt is stamped by (the engine's); `runner_pool(name)`: the pool of a
+        runner a job names, read from its name where it can be (None: the store looks it up)."""
+        self._runner_pool = runner_pool
         self._group = group
         self._clock = clock
         self._store = store
@@ -53,7 +56,10 @@ class Intake:
             group, self._waiting = self._waiting[: self._group], self._waiting[self._group :]
             try:
                 result: IntakeResult = await self._store.run(
-                    jobs.record, [delivery for delivery, _ in group], now=self._clock.now()
+                    jobs.record,
+                    [delivery for delivery, _ in group],
+                    now=self._clock.now(),
+                    runner_pool=self._runner_pool,
                 )
             except Exception as exc:
                 for _, outcome in group:

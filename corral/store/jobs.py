@@ -8,7 +8,7 @@ retries and redeliveries reuse its id), and a job never moves backwards (`comple
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -192,11 +192,19 @@ _POOLS_OF_RUNNERS = select(RUNNERS.c.pool).where(RUNNERS.c.name.in_(bindparam("n
 """Built once, as the upsert is: every webhook runs them."""
 
 
-def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datetime) -> IntakeResult:
+def record(
+    connection: Connection,
+    deliveries: Sequence[Delivery],
+    *,
+    now: datetime,
+    runner_pool: Callable[[str], str | None] = lambda _: None,
+) -> IntakeResult:
     """Record a group of deliveries and the job updates they carry; say which were new and whom to wake.
 
     The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
-    pool (a runner of one pool may take a job matched to another). `now` stamps the rows (the caller's clock).
+    pool (a runner of one pool may take a job matched to another): `runner_pool(name)` says it from the name
+    where it can (the engine reads corral's own names), the runners table for the others. `now` stamps the
+    rows (the caller's clock).
     """
     first: dict[str, Delivery] = {}
     for delivery in deliveries:
@@ -224,7 +232,14 @@ def record(connection: Connection, deliveries: Sequence[Delivery], *, now: datet
     news = {job.pool for job in merged.values() if job.pool is not None and job.status is not JobState.QUEUED}
     if merged:
         _upsert(connection, list(merged.values()), sources, now)
-        names = [job.runner_name for job in merged.values() if job.runner_name]
+        names = []
+        for job in merged.values():
+            if job.runner_name:
+                named = runner_pool(job.runner_name)
+                if named is None:
+                    names.append(job.runner_name)
+                else:
+                    news.add(named)
         for start in range(0, len(names), IN_CLAUSE_CHUNK):
             chunk = names[start : start + IN_CLAUSE_CHUNK]
             news.update(connection.execute(_POOLS_OF_RUNNERS, {"names": chunk}).scalars())

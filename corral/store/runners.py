@@ -18,7 +18,17 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Select, String, Text, bindparam, func, insert, select, text, update
 
-from corral.model import CAPACITY_STATES, LIVE_STATES, JobState, Reason, Runner, RunnerEvent, RunnerState, Transition
+from corral.model import (
+    CAPACITY_STATES,
+    LIVE_STATES,
+    RUNNER_ID_LENGTH,
+    JobState,
+    Reason,
+    Runner,
+    RunnerEvent,
+    RunnerState,
+    Transition,
+)
 from corral.store import leases
 from corral.store.leases import Fence
 from corral.store.schema import JOBS, RUNNERS, UTCDateTime
@@ -50,7 +60,7 @@ POOL_LOCK_NAMESPACE = 0x636F72  # first key of the per-pool advisory lock; the s
 
 def new_runner_id() -> str:
     """Ten lowercase hex characters: short enough for server names, unguessable enough."""
-    return secrets.token_hex(5)
+    return secrets.token_hex(RUNNER_ID_LENGTH // 2)
 
 
 def _reason(value: str) -> Reason:

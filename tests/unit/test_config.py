@@ -644,3 +644,16 @@ def test_a_canary_share_is_a_percentage() -> None:
 def test_a_canary_share_that_is_not_one_is_refused_naming_the_key(share: object, says: str) -> None:
     (problem,) = problems_of(document(pools={"small": pool(rollout={"canary": share})}))
     assert problem.startswith("pools.small.rollout.canary: ") and says in problem, problem
+
+
+def test_a_runners_pool_is_read_from_the_name_corral_gave_it() -> None:
+    pool = {"scope": {"org": "octo-org"}, "labels": ["linux"], "image": "ubuntu", "flavor": "m1.small"}
+    pools = {"small": pool, "gpu-a100": {**pool, "labels": ["gpu"]}}
+    github = {"token": "ghp_" + "Zq7" * 12}
+    config = parse_config({"github": github, "name_prefix": "ci", "pools": pools, "default_pool": "small"})
+    assert config.pool_of_runner("ci-small-0123456789") == "small"
+    assert config.pool_of_runner("ci-gpu-a100-abcdef0123") == "gpu-a100"  # a dash in the pool's name
+    assert config.pool_of_runner("ci-removed-0123456789") is None  # no such pool now: the store is asked
+    assert config.pool_of_runner("corral-small-0123456789") is None  # another prefix
+    assert config.pool_of_runner("ci-small-runner") is None  # not an id corral gives
+    assert config.pool_of_runner("someone-elses-runner") is None
