@@ -48,6 +48,8 @@ volume of its name: then it is forgotten (Cinder never made it)."""
 ADOPT_AFTER = timedelta(seconds=READY_WAIT_S + 60)
 """When a `creating` row whose volume Cinder lists by its name is taken to have lost its create's answer (the
 create would have recorded it within its wait), and the volume is recorded as the row's."""
+KEPT_HELD = (CacheVolumeState.CREATING, CacheVolumeState.HELD)
+"""The states in which a volume counts against its pool's `max` before any free one does."""
 DETACHED = ("available", "error")
 """Cinder's statuses in which a volume is attached to nothing and may be deleted."""
 
@@ -267,7 +269,7 @@ class CacheVolumes:
         now = self._clock.now()
         for pool in sorted({row.pool for row in settled}):
             settings = config.pools[pool].cache_volumes if pool in config.pools else None
-            held = sum(1 for row in settled if row.pool == pool and row.state is not CacheVolumeState.FREE)
+            held = sum(1 for row in settled if row.pool == pool and row.state in KEPT_HELD)
             room = max(settings.max - held, 0) if settings is not None else 0
             free = sorted(
                 (row for row in settled if row.pool == pool and row.state is CacheVolumeState.FREE),

@@ -61,7 +61,12 @@ def take(connection: Connection, pool: str, cloud: str, runner: str, *, now: dat
     for _ in range(TAKE_ATTEMPTS):
         candidate = connection.execute(
             select(VOLUMES.c.id)
-            .where(VOLUMES.c.pool == pool, VOLUMES.c.cloud == cloud, VOLUMES.c.state == CacheVolumeState.FREE)
+            .where(
+                VOLUMES.c.pool == pool,
+                VOLUMES.c.cloud == cloud,
+                VOLUMES.c.state == CacheVolumeState.FREE,
+                VOLUMES.c.volume_id.is_not(None),
+            )
             .order_by(VOLUMES.c.uses.desc(), VOLUMES.c.created_at, VOLUMES.c.id)
             .limit(1)
         ).scalar()
@@ -140,9 +145,7 @@ def free(connection: Connection, volume_id: str, holder: str | None, *, now: dat
     guard = VOLUMES.c.runner.is_(None) if holder is None else VOLUMES.c.runner == holder
     freed = connection.execute(
         update(VOLUMES)
-        .where(
-            VOLUMES.c.id == volume_id, VOLUMES.c.state.in_((CacheVolumeState.HELD, CacheVolumeState.CREATING)), guard
-        )
+        .where(VOLUMES.c.id == volume_id, VOLUMES.c.state == CacheVolumeState.HELD, guard)
         .values(state=CacheVolumeState.FREE, runner=None, state_changed_at=now)
     )
     return freed.rowcount == 1

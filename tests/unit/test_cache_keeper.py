@@ -375,3 +375,25 @@ def test_a_volume_whose_create_answer_was_lost_is_recorded_as_its_rows_and_freed
     gone_for_good(store, killed)
     keep(store, cinder, cfg)
     assert rows(store) == [("vol-1", CacheVolumeState.FREE, None, 1)] and cinder.deleted == []
+
+
+def test_a_volume_being_deleted_leaves_the_pools_free_volumes_alone(store: Store) -> None:
+    """max 2: one volume in error (being deleted) and two free ones. The one in error is no longer the pool's
+    to count; the two free ones stay (counting it deleted one of them too)."""
+    cinder, cfg = MemoryCinder(), config({"size_gb": 5, "max": 2})
+    made = [runner(store) for _ in range(2)]
+    for row in made:
+        take(store, cinder, cfg, row)
+        gone_for_good(store, row)
+    keep(store, cinder, cfg)  # both free
+    broken = runner(store)
+    taken, _ = take(store, cinder, cfg, broken)
+    assert taken == Taken("vol-1", CacheStart.WARM)
+    gone_for_good(store, broken)
+    cinder.volumes["vol-1"] = dataclasses.replace(cinder.volumes["vol-1"], status="error")
+    reserved = store.run_blocking(cache_volumes.reserve_new, "small", "default", "r", size_gb=5, most=3, now=START)
+    assert reserved is not None  # a third row (another replica's create, as far as the keeper can tell)
+    store.run_blocking(cache_volumes.created, reserved.id, cinder.add(reserved.name, "available").id, now=START)
+    gone_for_good(store, runner(store))
+    keep(store, cinder, cfg)
+    assert cinder.deleted == ["vol-1"]
