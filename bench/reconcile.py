@@ -13,6 +13,8 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -26,6 +28,7 @@ from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.spy import sampled
 from bench.support import start_sandbox, stop
 
 
@@ -34,7 +37,9 @@ def calls(control: httpx.Client) -> dict[str, int]:
     return {side: sum(api[side].values()) for side in ("openstack", "github")}
 
 
-def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int) -> dict[str, Any]:
+def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int, profile: bool = False) -> dict[str, Any]:
+    """One scenario's figures; with `profile`, py-spy samples this process (corral runs in it) through the
+    measured pass and prints where its CPU went, by function (`bench/spy.py`)."""
     control = httpx.Client(base_url=info.control_url, timeout=120)
     control.post("/reset").raise_for_status()
     control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
@@ -51,11 +56,14 @@ def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int) -> dict[
                 raise SystemExit(f"{pools}x{runners}: runners did not all come up")
             corral.settle(timeout=600)
         before = calls(control)
-        cpu = time.process_time()
-        wall = time.perf_counter()
-        corral.settle()
-        cpu = time.process_time() - cpu
-        wall = time.perf_counter() - wall
+        with sampled(os.getpid()) if profile else contextlib.nullcontext() as sampling:
+            cpu = time.process_time()
+            wall = time.perf_counter()
+            corral.settle()
+            cpu = time.process_time() - cpu
+            wall = time.perf_counter() - wall
+        if sampling is not None:
+            print(f"{pools}x{runners}: where the pass's CPU went\n{sampling.report()}", flush=True)
         after = calls(control)
     finally:
         corral.stop()
@@ -72,6 +80,7 @@ def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default="1x10,10x10,100x100,10x1000,100x5000", help="POOLSxRUNNERS,...")
+    parser.add_argument("--profile", action="store_true", help="print where each measured pass's CPU went (py-spy)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
@@ -79,7 +88,7 @@ def main() -> None:
         try:
             for item in args.scenarios.split(","):
                 pools, runners = (int(part) for part in item.split("x"))
-                result = scenario(info, folder, pools, runners)
+                result = scenario(info, folder, pools, runners, args.profile)
                 print(
                     " ".join(
                         f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
