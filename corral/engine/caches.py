@@ -30,7 +30,7 @@ from corral.engine.backoff import LogOnce
 from corral.engine.quota import QuotaBudget
 from corral.executors import call_blocking
 from corral.metrics import CACHE_STARTS, CACHE_VOLUMES, CLOUD_CALLS
-from corral.model import CacheStart, CacheVolume, CacheVolumeState, Runner
+from corral.model import LIVE_STATES, CacheStart, CacheVolume, CacheVolumeState, Runner, RunnerState
 from corral.store import Store
 from corral.store import cache_volumes as store_volumes
 
@@ -48,6 +48,9 @@ volume of its name: then it is forgotten (Cinder never made it)."""
 ADOPT_AFTER = timedelta(seconds=READY_WAIT_S + 60)
 """When a `creating` row whose volume Cinder lists by its name is taken to have lost its create's answer (the
 create would have recorded it within its wait), and the volume is recorded as the row's."""
+ON_ITS_WAY_OUT = frozenset({RunnerState.FINISHED, RunnerState.FAILED, RunnerState.DELETING})
+"""Runner states after which a server is only ever deleted: once the look no longer lists the runner's server,
+its volume is free as soon as Cinder says `available`, without waiting for the runner to read `deleted`."""
 KEPT_HELD = (CacheVolumeState.CREATING, CacheVolumeState.HELD)
 """The states in which a volume counts against its pool's `max` before any free one does."""
 DETACHED = ("available", "error")
@@ -307,7 +310,18 @@ class CacheVolumes:
         now = self._clock.now()
         by_name = {volume.name: volume for volume in by_id.values()}
         holders = sorted({row.runner for row in rows if row.runner and row.state is CacheVolumeState.HELD})
-        alive = await self._store.run(store_volumes.runners_alive, holders) if holders else set()
+        states = await self._store.run(store_volumes.runner_states, holders) if holders else {}
+        alive = {name for name, (state, _) in states.items() if state in LIVE_STATES}
+        # A runner on its way out whose server the look no longer listed holds nothing, a look before it reads
+        # `deleted`; one that never got a server id may yet get a server (a create whose answer was lost).
+        holding = {
+            name
+            for name, (state, server_id) in states.items()
+            if state in LIVE_STATES
+            and not (
+                state in ON_ITS_WAY_OUT and server_id is not None and servers is not None and server_id not in servers
+            )
+        }
         settled: list[CacheVolume] = []
         gone: list[str] = []
         for row in rows:
@@ -333,7 +347,7 @@ class CacheVolumes:
                 logger.warning("cache volume %s of pool %s is in %s: deleting it", volume.id, row.pool, volume.status)
                 await self._store.run(store_volumes.condemn, row.id, now=now)
                 settled.append(replace(row, state=CacheVolumeState.DELETING))
-            elif row.state is CacheVolumeState.HELD and row.runner not in alive and volume.status == "available":
+            elif row.state is CacheVolumeState.HELD and row.runner not in holding and volume.status == "available":
                 freed = await self._store.run(store_volumes.free, row.id, row.runner, now=now)
                 settled.append(replace(row, state=CacheVolumeState.FREE, runner=None) if freed else row)
             elif row.state is CacheVolumeState.HELD and row.runner not in alive and _left_on_gone(volume, servers):

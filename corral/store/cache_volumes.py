@@ -16,8 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, text, update
 
-from corral.model import CacheVolume, CacheVolumeState
-from corral.store.runners import LIVE
+from corral.model import CacheVolume, CacheVolumeState, RunnerState
 from corral.store.schema import CACHE_VOLUMES as VOLUMES
 from corral.store.schema import RUNNERS
 
@@ -189,15 +188,16 @@ def condemn(connection: Connection, volume_id: str, *, now: datetime) -> None:
     )
 
 
-def runners_alive(connection: Connection, names: list[str]) -> set[str]:
-    """Which of these runners are still live (their server may still hold a volume)."""
-    found: set[str] = set()
+def runner_states(connection: Connection, names: list[str]) -> dict[str, tuple[RunnerState, str | None]]:
+    """The state and server id of each of these runners, by name (a name with no row is left out)."""
+    found: dict[str, tuple[RunnerState, str | None]] = {}
     for start in range(0, len(names), 500):
-        found.update(
-            connection.execute(
-                select(RUNNERS.c.name).where(RUNNERS.c.name.in_(names[start : start + 500]), RUNNERS.c.state.in_(LIVE))
-            ).scalars()
+        rows = connection.execute(
+            select(RUNNERS.c.name, RUNNERS.c.state, RUNNERS.c.server_id).where(
+                RUNNERS.c.name.in_(names[start : start + 500])
+            )
         )
+        found.update((name, (RunnerState(state), server_id)) for name, state, server_id in rows)
     return found
 
 

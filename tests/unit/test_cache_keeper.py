@@ -397,3 +397,25 @@ def test_a_volume_being_deleted_leaves_the_pools_free_volumes_alone(store: Store
     gone_for_good(store, runner(store))
     keep(store, cinder, cfg)
     assert cinder.deleted == ["vol-1"]
+
+
+@pytest.mark.parametrize(
+    ("server_id", "listed", "freed"),
+    [
+        ("srv-1", {"default": {"srv-other"}}, True),  # its server is gone: free, a look before `deleted`
+        ("srv-1", {"default": {"srv-1"}}, False),  # its server is still listed (Cinder says available: not yet)
+        ("srv-1", {}, False),  # its cloud was not listed: nothing known
+        (None, {"default": set()}, False),  # no server id recorded: a create whose answer was lost may yet make one
+    ],
+)
+def test_a_volume_is_free_once_its_deleting_runners_server_is_gone_and_cinder_says_available(
+    store: Store, server_id: str | None, listed: dict[str, set[str]], freed: bool
+) -> None:
+    cinder, cfg = MemoryCinder(), config(CACHE)
+    leaving = runner(store)
+    take(store, cinder, cfg, leaving)
+    pending = dataclasses.replace(leaving, state=RunnerState.PENDING)
+    move = Transition(pending, RunnerState.DELETING, Reason.CLEANUP, server_id=server_id)
+    assert store.run_blocking(runners.apply, [move], now=START)[0] is not None
+    keep(store, cinder, cfg, listed)
+    assert rows(store)[0][1] is (CacheVolumeState.FREE if freed else CacheVolumeState.HELD)
