@@ -15,6 +15,7 @@ Two duties:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -103,8 +104,14 @@ class CacheVolumes:
         """Whether the last round found any row or volume: a corral without caches stops looking (until a
         pool asks for them) after one round has found nothing left of earlier ones."""
 
+    def idle(self, config: CorralConfig) -> bool:
+        """Nothing to keep or show: no pool asks for cache volumes, and the last round found none left."""
+        return not self._kept_any and not any(pool.cache_volumes for pool in config.pools.values())
+
     async def summary(self, config: CorralConfig) -> dict[str, CacheSummary]:
         """Every pool with cache volumes (set in the config, or still left from an earlier one)."""
+        if self.idle(config):
+            return {}
         states = await self._store.run(store_volumes.counts)
         pools = sorted(set(states) | {name for name, pool in config.pools.items() if pool.cache_volumes})
         starts = await self._store.run(store_volumes.starts, pools) if pools else {}
@@ -194,12 +201,13 @@ class CacheVolumes:
         await self._store.run(store_volumes.created, reserved.id, volume.id, now=self._clock.now())
         logger.info("pool %s: cache volume %s (%s) made", reserved.pool, reserved.name, volume.id)
         waited = 0.0
-        for pause in self._pauses():
+        for attempt in itertools.count():
             if volume.status == "available":
                 self._log_once.clear(f"cache:{reserved.pool}:create")
                 return volume.id
             if volume.is_error or waited >= READY_WAIT_S:
                 break
+            pause = READY_POLL_S[min(attempt, len(READY_POLL_S) - 1)]
             await self._clock.sleep(pause)
             waited += pause
             try:
@@ -216,15 +224,6 @@ class CacheVolumes:
         )
         return None
 
-    @staticmethod
-    def _pauses() -> list[float]:
-        steps = list(READY_POLL_S)
-        total = sum(steps)
-        while total < READY_WAIT_S:
-            steps.append(READY_POLL_S[-1])
-            total += READY_POLL_S[-1]
-        return [*steps, 0.0]
-
     async def _cloud(self, operation: str, call: Callable[..., T], *args: object) -> T:
         try:
             result = await call_blocking(self._executor, call, *args)
@@ -240,8 +239,7 @@ class CacheVolumes:
         """Join Cinder's cache volumes with the store's rows, in every cloud, and act on what differs.
         `servers`: the ids of corral's servers the last look listed, by cloud (a cloud it did not list is
         absent): a volume still attached to a server gone from there is detached."""
-        wanted = {name: pool.cache_volumes for name, pool in config.pools.items() if pool.cache_volumes}
-        if not wanted and not self._kept_any:
+        if self.idle(config):
             return
         rows = await self._store.run(store_volumes.of_pools)
         found_any = bool(rows)

@@ -168,12 +168,13 @@ class Housekeeper:
         """The pools' cache volumes are joined with Cinder's after each look, by the housekeeping replica (the
         store's claims keep the pools' holders, which take volumes, and it apart), with the servers the look
         listed in each cloud."""
-        if not self.leases.holds(HOUSEKEEPING) or self.supervisor.busy(CACHE_KEEPER):
+        config = self.running.config
+        if not self.leases.holds(HOUSEKEEPING) or self.supervisor.busy(CACHE_KEEPER) or self.caches.idle(config):
             return
         servers: dict[str, set[str]] = {cloud: set() for cloud in observation.listed}
         for server in (observation.servers or {}).values():
             servers.setdefault(server.cloud, set()).add(server.id)
-        self.supervisor.start(ActionKind.CACHE_VOLUMES, CACHE_KEEPER, self.caches.keep(self.running.config, servers))
+        self.supervisor.start(ActionKind.CACHE_VOLUMES, CACHE_KEEPER, self.caches.keep(config, servers))
 
     def _cleans_up_after(self, pool: str) -> bool:
         """Whether this replica deletes a server of `pool` nobody owns: the pool's holder does, and the holder
