@@ -15,6 +15,7 @@ Two duties:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Mapping
@@ -100,13 +101,17 @@ class CacheVolumes:
         self._executor = executor
         self._log_once = log_once
         self._clock = clock
+        self._published: set[str] = set()
+        """The pools whose gauges the last round set."""
         self._kept_any = True
         """Whether the last round found any row or volume: a corral without caches stops looking (until a
         pool asks for them) after one round has found nothing left of earlier ones."""
 
     def idle(self, config: CorralConfig) -> bool:
-        """Nothing to keep or show: no pool asks for cache volumes, and the last round found none left."""
-        return not self._kept_any and not any(pool.cache_volumes for pool in config.pools.values())
+        """Nothing to keep or show: no pool asks for cache volumes, the last round found none left and left no
+        gauge to take down."""
+        configured = any(pool.cache_volumes for pool in config.pools.values())
+        return not configured and not self._kept_any and not self._published
 
     async def summary(self, config: CorralConfig) -> dict[str, CacheSummary]:
         """Every pool with cache volumes (set in the config, or still left from an earlier one)."""
@@ -380,11 +385,18 @@ class CacheVolumes:
         except CloudError as exc:
             self._log_once.warning("cache:delete", f"delete cache volume {volume.id} failed, trying again later: {exc}")
 
-    @staticmethod
-    def _publish(counts: dict[str, dict[str, int]], config: CorralConfig) -> None:
-        for pool in set(counts) | {name for name, pool in config.pools.items() if pool.cache_volumes}:
+    def _publish(self, counts: dict[str, dict[str, int]], config: CorralConfig) -> None:
+        """The gauges of every pool with volumes or the setting; a pool with neither any more loses its series
+        (rather than showing its last figures for ever)."""
+        pools = set(counts) | {name for name, pool in config.pools.items() if pool.cache_volumes}
+        for pool in pools:
             for state in CacheVolumeState:
                 CACHE_VOLUMES.labels(pool, state.value).set(counts.get(pool, {}).get(state.value, 0))
+        for pool in self._published - pools:
+            for state in CacheVolumeState:
+                with contextlib.suppress(KeyError):
+                    CACHE_VOLUMES.remove(pool, state.value)
+        self._published = pools
 
 
 def _left_on_gone(volume: CloudVolume, servers: set[str] | None) -> bool:

@@ -30,6 +30,7 @@ from corral.engine.backoff import LogOnce
 from corral.engine.caches import CacheVolumes, Taken
 from corral.engine.quota import QuotaBudget
 from corral.executors import inline
+from corral.metrics import REGISTRY
 from corral.model import CacheStart, CacheVolumeState, Reason, Runner, RunnerState, Transition
 from corral.store import IN_MEMORY, Store, cache_volumes, runners
 from corral.store.runners import NewRunner
@@ -419,3 +420,13 @@ def test_a_volume_is_free_once_its_deleting_runners_server_is_gone_and_cinder_sa
     assert store.run_blocking(runners.apply, [move], now=START)[0] is not None
     keep(store, cinder, cfg, listed)
     assert rows(store)[0][1] is (CacheVolumeState.FREE if freed else CacheVolumeState.HELD)
+
+
+def test_a_pool_with_no_volumes_and_no_setting_left_loses_its_gauges(store: Store) -> None:
+    cinder = MemoryCinder()
+    keeping = keeper(store, cinder)
+    labels = {"pool": "small", "state": "free"}
+    virtual_time.run(keeping.keep(config(CACHE), {}))
+    assert REGISTRY.get_sample_value("corral_cache_volumes", labels) == 0.0  # the setting: shown, none yet
+    virtual_time.run(keeping.keep(config(None), {}))
+    assert REGISTRY.get_sample_value("corral_cache_volumes", labels) is None  # gone, not frozen at its last value
