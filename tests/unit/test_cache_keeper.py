@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.counting import StatementCounter
 from corral.clock import LoopClock
 from corral.cloud.clouds import CloudSet
 from corral.cloud.provider import (
@@ -430,3 +431,38 @@ def test_a_pool_with_no_volumes_and_no_setting_left_loses_its_gauges(store: Stor
     assert REGISTRY.get_sample_value("corral_cache_volumes", labels) == 0.0  # the setting: shown, none yet
     virtual_time.run(keeping.keep(config(None), {}))
     assert REGISTRY.get_sample_value("corral_cache_volumes", labels) is None  # gone, not frozen at its last value
+
+
+def test_what_a_runner_of_a_cache_pool_costs_the_store_and_an_idle_keeper_costs_nothing(store: Store) -> None:
+    """Count, don't time: a warm take is one SELECT and one guarded UPDATE; a new volume two statements more
+    (the pool's count, the row) and one Cinder create; a corral without caches asks nothing of anyone."""
+    cinder, cfg = MemoryCinder(), config(CACHE)
+    counter = StatementCounter(store.engine)
+    first = runner(store)
+    with counter.counting():
+        take(store, cinder, cfg, first)
+    assert dict(counter.kinds) == {
+        "SELECT cache_volumes": 2,  # no free one; the pool's count against max
+        "INSERT cache_volumes": 1,  # the row, before Cinder is asked
+        "UPDATE cache_volumes": 1,  # Cinder's id recorded
+    }
+    gone_for_good(store, first)
+    keep(store, cinder, cfg)
+    second = runner(store)
+    with counter.counting():
+        assert take(store, cinder, cfg, second)[0] == Taken("vol-1", CacheStart.WARM)
+    assert dict(counter.kinds) == {"SELECT cache_volumes": 1, "UPDATE cache_volumes": 1}
+    assert cinder.created == 1
+    bare = Store(IN_MEMORY, executors=inline)  # a corral that never had caches
+    bare.migrate()
+    try:
+        idle, elsewhere = keeper(bare, MemoryCinder()), StatementCounter(bare.engine)
+        with elsewhere.counting():
+            virtual_time.run(idle.keep(config(None), {}))  # the first round looks: anything left of earlier caches?
+        assert dict(elsewhere.kinds) == {"SELECT cache_volumes": 2}  # the rows, then the counts: none
+        with elsewhere.counting():
+            virtual_time.run(idle.keep(config(None), {}))
+            assert virtual_time.run(idle.summary(config(None))) == {}
+        assert elsewhere.total == 0
+    finally:
+        bare.close()
