@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import openstack
 import pytest
 
@@ -22,7 +23,7 @@ from tests.nova_block_devices import (
     render,
     without,
 )
-from tests.sandbox.openstack_support import image_id, network_id, wait_for_status
+from tests.sandbox.openstack_support import image_id, network_id, wait_for_status, wait_gone
 
 Conn = openstack.connection.Connection
 
@@ -112,3 +113,33 @@ def test_volume_attachments_show_device_tag_and_delete_on_termination(os_conn: C
         404,
         {"itemNotFound": {"code": 404, "message": f"Instance {server_id} is not attached to volume {MISSING}"}},
     )
+
+
+def test_a_kept_volume_left_attached_to_a_deleted_server_is_freed_by_os_detach(
+    control: httpx.Client, os_conn: Conn
+) -> None:
+    """`stuck_attachment_rate`: Nova's detach never reaches Cinder, and the kept volume stays `in-use` on a server
+    that is gone; its owner frees it with Cinder's `os-detach` (openstacksdk's `detach_volume`), as in Cinder."""
+    control.put("/faults", json={"world": {"stuck_attachment_rate": 1.0}}).raise_for_status()
+    kept = os_conn.block_storage.create_volume(size=1, name="kept")
+    os_conn.block_storage.wait_for_status(kept, "available")
+    mapping = {"source_type": "volume", "destination_type": "volume", "uuid": kept.id, "boot_index": -1}
+    status, body = post(os_conn, [local_root(), {**mapping, "delete_on_termination": False}])
+    assert status == 202, body
+    server_id = body["server"]["id"]
+    wait_for_status(os_conn, server_id, "ACTIVE")
+    os_conn.compute.delete_server(server_id)
+    wait_gone(os_conn, server_id)
+    stuck = os_conn.block_storage.get_volume(kept.id)
+    assert stuck.status == "in-use" and stuck.attachments[0]["server_id"] == server_id
+    path = f"/volumes/{kept.id}/action"
+    for hostile, message in [({"os-detach": "all"}, "Invalid input"), ({"os-reset": {}}, "There is no such action")]:
+        refused = os_conn.block_storage.post(path, json=hostile, raise_exc=False)
+        assert (refused.status_code, message in refused.text) == (400, True)
+    other = os_conn.block_storage.post(path, json={"os-detach": {"attachment_id": MISSING}}, raise_exc=False)
+    assert other.status_code == 404
+    os_conn.block_storage.detach_volume(kept.id, stuck.attachments[0]["attachment_id"])
+    freed = os_conn.block_storage.get_volume(kept.id)
+    assert (freed.status, freed.attachments) == ("available", [])
+    again = os_conn.block_storage.post(path, json={"os-detach": {}}, raise_exc=False)
+    assert (again.status_code, "must be attached" in again.text) == (400, True)

@@ -218,7 +218,10 @@ def build_cinder_router(world: World, cloud: CloudState) -> APIRouter:
         body = await json_body(request)
         if set(body) != {"os-detach"}:
             raise ApiError(400, f"There is no such action: {', '.join(sorted(body)) or 'none'}")
-        wanted = (body["os-detach"] or {}).get("attachment_id")
+        detach_args = body["os-detach"] or {}
+        if not isinstance(detach_args, dict):
+            raise ApiError(400, "Invalid input for field/attribute os-detach.")
+        wanted = detach_args.get("attachment_id")
         if volume.server_id is None or volume.status not in ("in-use", "reserved", "attaching", "detaching"):
             raise ApiError(400, "Invalid volume: Volume must be attached in order to detach.")
         if wanted is not None and wanted != volume.attachment_id:
