@@ -10,12 +10,16 @@ folds them by function: the share of samples each function was on the stack (inc
         ...  # the phase measured
     print(profile.report())
 
+`BENCH_SPY_RAW=folder` also keeps each phase's raw stacks there, `stacks-1.txt` on (for `flamegraph.pl`,
+speedscope, or a grep).
+
 py-spy needs to be allowed to read another process's memory: as root, or with `kernel.yama.ptrace_scope` 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -69,6 +73,17 @@ def top_frames(raw: str, count: int) -> tuple[int, list[Frame]]:
     return total, [Frame(name, n / total, own[name] / total) for name, n in ranked]
 
 
+def top_own(raw: str, count: int) -> list[Frame]:
+    """The `count` functions most often on top of the stack (where the CPU itself went), most first: what
+    `top_frames` misses when the costly leaves (a parser, a driver) sit under many callers."""
+    _, frames = top_frames(raw, sys.maxsize)
+    return sorted(frames, key=lambda frame: (-frame.own, frame.function))[:count]
+
+
+def _row(frame: Frame) -> str:
+    return f"  {frame.inclusive:6.1%} {frame.own:6.1%}  {frame.function}"
+
+
 @dataclass
 class Profile:
     """What `sampled` gathered: py-spy's raw stacks, or why there are none."""
@@ -83,6 +98,10 @@ class Profile:
         total, frames = top_frames(self.raw, self.top)
         rows = [f"profile: {total} samples at {RATE}/s, by function (on the stack / on top)"]
         rows += [f"  {frame.inclusive:6.1%} {frame.own:6.1%}  {frame.function}" for frame in frames]
+        rows += ["by time on top (self):"]
+        rows += [
+            f"  {frame.inclusive:6.1%} {frame.own:6.1%}  {frame.function}" for frame in top_own(self.raw, self.top)
+        ]
         return "\n".join(rows)
 
 
@@ -110,5 +129,10 @@ def sampled(pid: int, top: int = 40) -> Iterator[Profile]:
             _, errors = process.communicate(timeout=60)
             if output.exists():
                 profile.raw = output.read_text()
+                if keep := os.environ.get("BENCH_SPY_RAW"):  # the stacks themselves, for a flame graph
+                    folder_kept = Path(keep)
+                    folder_kept.mkdir(parents=True, exist_ok=True)
+                    kept = len(list(folder_kept.glob("stacks-*.txt")))
+                    (folder_kept / f"stacks-{kept + 1}.txt").write_text(profile.raw)
             else:
                 profile.problem = (errors.strip().splitlines() or ["py-spy wrote nothing"])[-1]

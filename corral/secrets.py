@@ -57,7 +57,13 @@ class SecretRegistry:
         self._lock = threading.Lock()
         self._lengths: list[int] = []
         self._values: list[str] = []
+        self._known: set[str] = set()
+        """The values, for the membership test: a JIT config's forms share their length with hundreds of others."""
         self._jit: deque[list[str]] = deque()
+
+    def __len__(self) -> int:
+        """How many strings are blanked: bounded, however many JIT configs came and went."""
+        return len(self._values)
 
     def register(self, value: str | None) -> None:
         """Blank `value` (and any line of it, for multi-line secrets such as a PEM key) from now on."""
@@ -81,19 +87,21 @@ class SecretRegistry:
         if len(value) < MIN_SECRET_LENGTH:
             return
         with self._lock:
-            index = bisect.bisect_left(self._lengths, len(value))
-            if value in self._values[index : bisect.bisect_right(self._lengths, len(value))]:
+            if value in self._known:
                 return
+            self._known.add(value)
+            index = bisect.bisect_left(self._lengths, len(value))
             self._lengths.insert(index, len(value))
             self._values.insert(index, value)
 
     def _remove(self, value: str) -> None:
         with self._lock:
+            if value not in self._known:
+                return
+            self._known.discard(value)
             low = bisect.bisect_left(self._lengths, len(value))
-            high = bisect.bisect_right(self._lengths, len(value))
-            if value in self._values[low:high]:
-                index = self._values.index(value, low, high)
-                del self._lengths[index], self._values[index]
+            index = self._values.index(value, low, bisect.bisect_right(self._lengths, len(value)))
+            del self._lengths[index], self._values[index]
 
     def redact(self, text: str) -> str:
         """`text` with every registered secret, token shape and long base64 run replaced by `***`."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.spy import Frame, Profile, top_frames
+from bench.spy import Frame, Profile, top_frames, top_own
 
 RAW = """\
 Thread.run (threading.py:982);_worker (futures/thread.py:83);Store._transaction (store/database.py:250) 6
@@ -31,4 +31,16 @@ def test_a_profile_that_could_not_be_taken_says_why() -> None:
     assert Profile(raw=RAW, top=1).report().splitlines() == [
         "profile: 10 samples at 200/s, by function (on the stack / on top)",
         "   80.0%  80.0%  Store._transaction (database.py)",
+        "by time on top (self):",
+        "   80.0%  80.0%  Store._transaction (database.py)",
+    ]
+
+
+def test_the_functions_the_cpu_was_in_are_ranked_by_their_own_samples() -> None:
+    """The thread pool's frames are on the stack of eight samples but on top of none: by self time the store's
+    transaction leads, then the webhook handler and the idle loop (one each, by name)."""
+    assert top_own(RAW, 3) == [
+        Frame("Store._transaction (database.py)", 0.8, 0.8),
+        Frame("Runner.run (runners.py)", 0.2, 0.1),
+        Frame("webhook (webhook.py)", 0.1, 0.1),
     ]
