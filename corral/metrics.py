@@ -22,6 +22,18 @@ RUNNER_TRANSITIONS = Counter(
 CLOUD_CALLS = Counter(
     "corral_cloud_calls_total", "Cloud calls by operation and outcome", ["operation", "outcome"], registry=REGISTRY
 )
+SERVER_LISTINGS = Counter(
+    "corral_cloud_server_listings_total",
+    "Server listings by kind: full (every server), or changes (Nova's changes-since: only those that changed)",
+    ["kind"],
+    registry=REGISTRY,
+)
+SERVERS_LISTED = Counter(
+    "corral_cloud_servers_listed_total",
+    "Servers the listings returned, by kind of listing: what a look cost Nova and corral",
+    ["kind"],
+    registry=REGISTRY,
+)
 CLOUD_CALL_SECONDS = Histogram("corral_cloud_call_seconds", "Cloud call duration", ["operation"], registry=REGISTRY)
 GITHUB_ERRORS = Counter("corral_github_errors_total", "GitHub call failures by kind", ["kind"], registry=REGISTRY)
 RECONCILE_SECONDS = Histogram(

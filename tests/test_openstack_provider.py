@@ -26,6 +26,7 @@ from corral.cloud.provider import (
     ServerSpec,
 )
 from corral.config import VolumeConfig
+from corral.metrics import REGISTRY
 from corral_sandbox.local import sandbox_connection
 from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
@@ -208,3 +209,55 @@ def test_a_glance_outage_costs_a_lookup_only_its_bounded_retries(
         assert glance_attempts(control) == 1 + len(pauses), "one request per attempt, none retried underneath"
     finally:
         fresh.close()
+
+
+def listed(kind: str) -> tuple[float, float]:
+    """(listings, servers listed) of this kind so far, from corral's metrics."""
+    return (
+        REGISTRY.get_sample_value("corral_cloud_server_listings_total", {"kind": kind}) or 0.0,
+        REGISTRY.get_sample_value("corral_cloud_servers_listed_total", {"kind": kind}) or 0.0,
+    )
+
+
+def test_a_look_after_the_first_asks_nova_only_what_changed_and_sees_a_server_deleted_behind_its_back(
+    provider: OpenStackProvider, os_conn: openstack.connection.Connection
+) -> None:
+    """The first listing is full (filtered by the ownership tag); the next ask Nova's `changes-since`, which
+    reports a server an operator deleted as `DELETED` (its metadata and tags gone, so only its id says it was
+    corral's): it leaves the listing at once, not at the next full one ten minutes on."""
+    servers = [provider.create_server(spec(f"changes-{n}")) for n in range(3)]
+    for server in servers:
+        active(os_conn, server.id)
+    full, changes = listed("full"), listed("changes")
+    assert sorted(server.id for server in provider.list_servers()) == sorted(server.id for server in servers)
+    assert listed("full") == (full[0] + 1, full[1] + 3)
+    os_conn.compute.delete_server(servers[0].id)
+    wait_until(lambda: os_conn.compute.find_server(servers[0].id) is None, what="Nova deleted the server")
+    remaining = provider.list_servers()
+    assert sorted(server.id for server in remaining) == sorted(server.id for server in servers[1:])
+    assert listed("full") == (full[0] + 1, full[1] + 3), "no second full listing"
+    assert listed("changes")[0] == changes[0] + 1
+    # The deleted one as `DELETED`, and those of the two others whose `updated` falls within the overlap's ten
+    # seconds before the newest (both, unless creating them took the machine that long): never the full three
+    # plus the deleted one (the exact figures are tests/unit/test_server_listing.py's).
+    assert 1 <= listed("changes")[1] - changes[1] <= 3
+    assert [server.status for server in remaining] == ["ACTIVE", "ACTIVE"]
+
+
+def test_a_cloud_that_refuses_changes_since_gets_full_listings_from_then_on(
+    provider: OpenStackProvider, control: httpx.Client, os_conn: openstack.connection.Connection
+) -> None:
+    created = provider.create_server(spec("refused-changes"))
+    active(os_conn, created.id)
+    assert [server.id for server in provider.list_servers()] == [created.id]
+    full = listed("full")
+    # Nova (a proxy before it) answers the next listing, the `changes-since` one, with 400.
+    refusal = {"match": "openstack GET /compute/v2.1/servers/detail", "error_rate": 1.0, "status": 400, "count": 1}
+    control.put("/faults", json={"endpoints": [refusal]}).raise_for_status()
+    try:
+        assert [server.id for server in provider.list_servers()] == [created.id]
+        assert listed("full")[0] == full[0] + 1, "the refused look listed in full at once"
+        assert [server.id for server in provider.list_servers()] == [created.id]
+    finally:
+        control.put("/faults", json={"endpoints": []}).raise_for_status()
+    assert listed("full")[0] == full[0] + 2, "and every look after it"

@@ -52,8 +52,10 @@ from corral.cloud.provider import (
 )
 from corral.cloud.quota import Headroom, ServerCost, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
+from corral.cloud.server_listing import ServerListing
 from corral.images import ImageRef, not_found
 from corral.images import describe as describe_image
+from corral.metrics import SERVER_LISTINGS, SERVERS_LISTED
 
 logger = logging.getLogger(__name__)
 
@@ -238,6 +240,8 @@ class OpenStackProvider:
         for scheme in ("https://", "http://"):
             connection.session.session.mount(scheme, adapter)
         self._ids: dict[tuple[str, ImageRef], str] = {}
+        self._listing = ServerListing(clock=clock)
+        """The installation's servers as of the last listing: the next lists only what changed since."""
         self._flavor_sizes: dict[str, tuple[int, int]] = {}
         """Flavor name -> (vCPUs, RAM MiB), found with its id."""
         self._port_quota_unreadable = False
@@ -457,17 +461,39 @@ class OpenStackProvider:
         )
 
     def list_servers(self) -> list[CloudServer]:
+        """Every server of this installation: in full now and then, otherwise only those Nova says changed
+        since the last listing (`corral.cloud.server_listing`)."""
+        since = self._listing.changes_since()
+        if since is not None:
+            try:
+                changed = self._list("list servers changed lately", {"changes-since": since}, None)
+            except CloudRequestRejected as refused:
+                # A cloud that refuses `changes-since` (a proxy in front of Nova, an old release): full
+                # listings from now on, as before, said once.
+                self._listing.incremental = False
+                logger.warning("the cloud refused changes-since (%s): listing every server on every look", refused)
+            else:
+                self._count_listing("changes", len(changed))
+                return self._listing.apply_changes(changed, self._owned)
         params: dict[str, Any] = {}
         microversion = None
         if self.supports_tags:
             params["tags"] = ownership_tag(self.installation)
             microversion = TAGS_MICROVERSION
+        servers = self._list("list servers", params, microversion)
+        self._count_listing("full", len(servers))
+        return self._listing.replace_all(servers, self._owned)
+
+    def _list(self, operation: str, params: dict[str, Any], microversion: str | None) -> list[dict[str, Any]]:
         # The proxy is read inside the call: its first use authenticates, and a failure then is a cloud error.
-        servers = self._idempotent(
-            "list servers",
-            lambda: every_page(self.connection.compute, "/servers/detail", "servers", params, microversion),
+        return self._idempotent(
+            operation, lambda: every_page(self.connection.compute, "/servers/detail", "servers", params, microversion)
         )
-        return [owned for server in servers if (owned := self._owned(server)) is not None]
+
+    @staticmethod
+    def _count_listing(kind: str, servers: int) -> None:
+        SERVER_LISTINGS.labels(kind).inc()
+        SERVERS_LISTED.labels(kind).inc(servers)
 
     def _block_devices(self, spec: ServerSpec, image_id: str) -> list[dict[str, Any]]:
         """The pool's disks as Nova's block device mappings, the boot device at index 0.
@@ -591,6 +617,11 @@ class OpenStackProvider:
         return self._microversion or None
 
     def create_server(self, spec: ServerSpec) -> CloudServer:
+        server = self._create(spec)
+        self._listing.add(server)  # listed from now on, whether or not Nova has stamped its `updated` yet
+        return server
+
+    def _create(self, spec: ServerSpec) -> CloudServer:
         ids = self._resolve(spec)
         try:
             return self._post(spec, ids)

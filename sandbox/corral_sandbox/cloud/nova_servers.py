@@ -3,6 +3,7 @@ volume attachments, metadata and tags."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 import secrets
@@ -218,6 +219,11 @@ def build_server_router(world: World, cloud: CloudState) -> APIRouter:
         limit = _limit(params)
         marker = params.get("marker")
         candidates: Iterator[Server] = reversed(state.servers.values())
+        if keep.since is not None and state.deleted_servers:
+            # Nova lists recently deleted servers (`DELETED`) to a `changes-since` query, newest first with
+            # the rest: by creation time, as its default sort.
+            deleted = sorted(state.deleted_servers.values(), key=lambda server: server.created, reverse=True)
+            candidates = heapq.merge(candidates, deleted, key=lambda server: server.created, reverse=True)
         if marker is not None:
             candidates = _after(candidates, marker)
         found: list[Server] = []

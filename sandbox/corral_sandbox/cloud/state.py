@@ -50,6 +50,8 @@ NOVA_QUOTAS = ("instances", "cores", "ram")
 CINDER_QUOTAS = ("volumes", "gigabytes")
 HISTORY_LIMIT = 100_000
 """Server lifetimes kept for `/_sandbox/servers`, oldest dropped first: a long demo must not grow without bound."""
+DELETED_KEPT = 5_000
+"""Deleted servers `changes-since` still lists (Nova keeps them until archived; bounded here the same way)."""
 
 
 @dataclass(slots=True)
@@ -145,6 +147,9 @@ class CloudState:
         self.server_groups: dict[str, ServerGroup] = {}
         self.servers: dict[str, Server] = {}
         """In creation order, which is the reverse of Nova's default listing order."""
+        self.deleted_servers: OrderedDict[str, Server] = OrderedDict()
+        """Servers deleted lately, oldest deletion first: Nova keeps their rows (soft-deleted, until an operator
+        archives them) and lists them, status `DELETED`, to a `changes-since` query only."""
         self.lives: OrderedDict[str, ServerLife] = OrderedDict()
         self.ports: dict[str, Port] = {}
         self.ports_by_device: dict[str, list[str]] = {}
@@ -514,6 +519,7 @@ class CloudState:
         server = self.servers.pop(server_id, None)
         if server is None:
             return
+        self._keep_deleted(server)
         flavor = self.flavors.get(server.flavor_id)
         held = {"instances": 1, "cores": flavor.vcpus if flavor else 0, "ram": flavor.ram if flavor else 0}
         if server.id in self._unscheduled:  # deleted before it was scheduled: never counted
@@ -539,6 +545,31 @@ class CloudState:
         self.counters["servers_deleted"] += 1
         self._lived(server.id, "gone_s")
         self.world.stats.incr("openstack_servers_deleted")
+
+    def _keep_deleted(self, server: Server) -> None:
+        """What Nova's `changes-since` shows of a deleted server: its row, `DELETED`, stamped now, with its
+        metadata and tags gone (measured on a real Nova: `"metadata": {}`, `"tags": []`), so a listing filtered
+        by tag never shows it. The newest `DELETED_KEPT` are kept, as if older ones had been archived."""
+        tombstone = Server(
+            id=server.id,
+            name=server.name,
+            flavor_id=server.flavor_id,
+            image_id=server.image_id,
+            availability_zone=server.availability_zone,
+            created=server.created,
+            updated=server.updated,
+            key_name=server.key_name,
+            config_drive=server.config_drive,
+            status="DELETED",
+            vm_state="deleted",
+            task_state=None,
+            power_state=server.power_state,
+            launched_at=server.launched_at,
+        )
+        tombstone.touch(now())
+        self.deleted_servers[server.id] = tombstone
+        while len(self.deleted_servers) > DELETED_KEPT:
+            self.deleted_servers.popitem(last=False)
 
     def _unplug_all(self, server: Server) -> None:
         """Delete the ports Nova made for this server; ports the user passed are only unbound."""
