@@ -205,6 +205,7 @@ class Engine:
             self.housekeeper.ask_github_in,
             self.rollouts,
             clock=clock,
+            lost_a_job=self.jobs.lost.heard,
         )
         self.scaler = Scaler(
             running=running,

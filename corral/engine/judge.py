@@ -54,8 +54,11 @@ class RunnerJudge:
         ask_github: Callable[[float], None],
         rollouts: Rollouts | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        lost_a_job: Callable[[], None] = lambda: None,
     ) -> None:
-        """`ask_github(after_s)` is called when a job's fate became uncertain: GitHub is asked about it then."""
+        """`ask_github(after_s)` is called when a job's fate became uncertain: GitHub is asked about it then;
+        `lost_a_job()` when a runner's move marked its job lost with its server (the re-runs look at once)."""
+        self._lost_a_job = lost_a_job
         self._running = running
         self.mover = mover
         self.supervisor = supervisor
@@ -95,6 +98,8 @@ class RunnerJudge:
                     await self._learn(config, transition)
                     if transition.presumed_taken:
                         self._ask_github(config.tuning.confirm_after)
+                    if transition.lost_job is not None:
+                        self._lost_a_job()
                     if left_a_running_job(transition, by_id[result.id]):
                         # Its `completed` webhook may be lost: GitHub's word now, not `stale_job_check` later.
                         self._ask_github(0.0)

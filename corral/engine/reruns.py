@@ -27,6 +27,10 @@ from corral.store import jobs as store_jobs
 logger = logging.getLogger("corral.jobs")
 
 LOST_JOBS_PER_UPKEEP = 50
+LOST_JOBS_RECHECK_S = 60.0
+"""How often the store is asked for lost jobs when none is known to wait: a job another replica's judge lost
+is decided within this (GitHub takes minutes to fail it anyway). A job this corral lost is looked at the
+next round (`heard`)."""
 RETRY_LATER = frozenset({403, 409, 429})
 """GitHub's answers to a re-run that may succeed later: 403 while other jobs of its run still run (a run is
 re-run only once completed), 409, and a rate limit. Any other 4xx is final; a 5xx or no answer, retried."""
@@ -46,11 +50,26 @@ class LostJobs:
         self._scope_for = scope_for
         self.waiting = False
         """Some lost job waits for GitHub to fail it (or for its run to complete): ask again soon."""
+        self._next_look = 0.0
+        """When (the clock's monotonic time) the store is next asked for lost jobs, unless one waits or was just
+        heard of: job upkeep runs each time a runner finishes a job, and lost jobs are rare (at one job a
+        second, the query was one statement a job for nothing). 0: at the next round (a restart asks at once)."""
+
+    def heard(self) -> None:
+        """This corral's judge marked a job lost: decide about it at the next round."""
+        self._next_look = 0.0
 
     async def decide(self, config: CorralConfig) -> None:
         """Decide about each lost job: re-run it if GitHub failed it and its pool allows another re-run, else
-        say why not (`jobs.rerun`). Sets `waiting` when one waits on GitHub."""
+        say why not (`jobs.rerun`). Sets `waiting` when one waits on GitHub. Asks the store only when a lost
+        job waits, was just heard of, or `LOST_JOBS_RECHECK_S` has passed."""
+        now = self._clock.monotonic()
+        if not self.waiting and now < self._next_look:
+            return
         lost = await self._store.run(reruns.undecided, limit=LOST_JOBS_PER_UPKEEP)
+        # A full batch leaves more for the next round; otherwise nothing more until one is heard of (or the
+        # recheck: another replica may have lost one).
+        self._next_look = 0.0 if len(lost) == LOST_JOBS_PER_UPKEEP else now + LOST_JOBS_RECHECK_S
         waiting = False
         for job in lost:
             try:
