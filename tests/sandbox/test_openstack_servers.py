@@ -357,6 +357,30 @@ def test_delete_is_observed_after_the_delete_delay(sandbox: Sandbox, os_conn: Co
     wait_gone(os_conn, server.id)
 
 
+def test_changes_since_lists_a_deleted_server_as_deleted_without_its_metadata_and_tags(os_conn: Conn) -> None:
+    """As a real Nova does (tests/live/test_changes_since.py): a server deleted since the time asked comes back as
+    `DELETED`, its metadata `{}` and tags `[]`, so a tag filter hides it; listings without `changes-since` never
+    show it."""
+    doomed = boot(os_conn, "doomed", tags=["corral"], metadata={"corral-installation": "x"})
+    kept = boot(os_conn, "kept", tags=["corral"])
+    for server in (doomed, kept):
+        os_conn.compute.wait_for_server(server, wait=15, interval=0.05)
+    since = os_conn.compute.get_server(kept.id).updated_at
+    os_conn.compute.delete_server(doomed)
+    wait_gone(os_conn, doomed.id)
+
+    def listed(**params: str) -> dict[str, tuple[str, dict[str, str], list[str]]]:
+        response = os_conn.compute.get("/servers/detail", params=params, microversion="2.52")
+        return {s["id"]: (s["status"], s["metadata"], s["tags"]) for s in response.json()["servers"]}
+
+    changed = listed(**{"changes-since": since})
+    assert changed[doomed.id] == ("DELETED", {}, [])
+    assert changed[kept.id][0] == "ACTIVE"
+    assert doomed.id not in listed()
+    assert doomed.id not in listed(**{"changes-since": since, "tags": "corral"})
+    assert doomed.id not in listed(**{"changes-since": "2999-01-01T00:00:00Z"})
+
+
 def test_boot_from_volume_volumes_go_with_the_server(sandbox: Sandbox, os_conn: Conn) -> None:
     server = os_conn.create_server(
         "bfv",
