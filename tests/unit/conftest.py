@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 import pytest_socket
 
+from corral.executors import inline
+from corral.store import IN_MEMORY, Store
 from tests.unit.virtual_time import is_virtual
 
 UNIT_DIR = Path(__file__).parent
@@ -116,3 +118,13 @@ def _sockets_refused(others: set[int | None], attempts: list[str]) -> Iterator[N
         yield
     finally:
         socket.socket, socket.getaddrinfo, socket.gethostbyname = real  # type: ignore[misc]
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    """A migrated SQLite store in memory, its statements run inline (no thread): the store of a unit test (a
+    module that needs a file of its own defines its own `store`)."""
+    store = Store(IN_MEMORY, executors=inline)
+    store.migrate()
+    yield store
+    store.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -114,14 +113,6 @@ def config(cache: dict[str, Any] | None) -> CorralConfig:
     if cache is not None:
         pool["cache_volumes"] = cache
     return parse_config({"github": {"token": "ghp_" + "Zq7" * 12}, "installation": "corral", "pools": {"small": pool}})
-
-
-@pytest.fixture
-def store() -> Iterator[Store]:
-    store = Store(IN_MEMORY, executors=inline)
-    store.migrate()
-    yield store
-    store.close()
 
 
 MOMENTS = itertools.count()

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 from sqlalchemy import Connection, update
 
 from bench.counting import StatementCounter
@@ -17,12 +15,11 @@ from corral.clock import LoopClock
 from corral.config import CorralConfig, ScopeConfig, parse_config
 from corral.engine.backoff import LogOnce
 from corral.engine.reruns import LOST_JOBS_RECHECK_S, LostJobs
-from corral.executors import inline
 from corral.model import Delivery, JobState, JobUpdate
 from corral.simulate.github import SimulatedGitHub
 from corral.simulate.settings import BootTimes
 from corral.simulate.world import World
-from corral.store import IN_MEMORY, Store, jobs
+from corral.store import Store, jobs
 from corral.store.schema import JOBS
 from tests.unit import virtual_time
 
@@ -34,14 +31,6 @@ CONFIG: CorralConfig = parse_config(
         "pools": {"small": {"scope": {"org": "octo"}, "image": "ubuntu", "flavor": "m1.small", "labels": ["small"]}},
     }
 )
-
-
-@pytest.fixture
-def store() -> Iterator[Store]:
-    store = Store(IN_MEMORY, executors=inline)
-    store.migrate()
-    yield store
-    store.close()
 
 
 async def lose(store: Store, job_id: int) -> None:
