@@ -18,8 +18,10 @@ import httpx
 import pytest
 
 from bench.counting import StatementCounter, calls_since, sandbox_calls
+from corral.cloud.openstack import OpenStackProvider
 from corral.config import parse_config
 from corral.github.client import GitHubClient
+from corral.metrics import REGISTRY
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, JobState, JobUpdate, Reason, RunnerState
 from corral.store.database import Store
 from corral.store.intake import Intake
@@ -181,6 +183,11 @@ def test_a_pass_over_idle_runners_grows_only_by_pages(
         # The seeded fleet is what corral's own creates would have left: it keeps it as it is.
         assert len(corral.runners(states=[RunnerState.IDLE])) == runners
         assert len(corral.runners()) == runners
+        # Every server, as in a full listing: what a look after `changes-since` lists depends on when the
+        # servers last changed (tests/unit/test_server_listing.py has its exact figures).
+        provider = corral.service.cloud.provider(corral.service.config.default_cloud)
+        assert isinstance(provider, OpenStackProvider)
+        provider.listing.incremental = False
         counter, calls = measured_pass(corral, control)
     finally:
         corral.stop()
@@ -302,3 +309,42 @@ def test_a_github_call_searches_for_no_module(sandbox: Sandbox, tmp_path: Path) 
         return searches.names
 
     assert asyncio.run(main()) == []
+
+
+def test_a_look_at_registrations_that_did_not_change_costs_no_rate_limit(
+    sandbox: Sandbox, control: httpx.Client, tmp_path: Path
+) -> None:
+    """Each page of a runner listing is asked again with the ETag GitHub gave it: an unchanged page comes back
+    304, which GitHub does not count against the rate limit. 250 runners are three pages; listed again, three
+    304s and not one request counted; one more runner registered, and every page is read again (each says how
+    many runners there are)."""
+    document = corral_config(sandbox.info, f"sqlite:///{tmp_path / 'corral.db'}", {"small": pool_spec(["small"])})
+    config = parse_config(document)
+    scope = config.pools["small"].scope
+
+    def remaining() -> float | None:
+        return REGISTRY.get_sample_value("corral_github_rate_limit_remaining", {"resource": "core"})
+
+    async def main() -> list[tuple[int, float | None, dict[str, int]]]:
+        github = GitHubClient(config.github)
+        for n in range(250):
+            await github.generate_jit_config(scope, f"seeded-{n:03d}", ["small"], "Default")
+        looks = []
+        for register_one_more in (False, False, True):
+            if register_one_more:
+                await github.generate_jit_config(scope, "one-more", ["small"], "Default")
+            before = sandbox_calls(control)
+            runners = await github.list_runners(scope)
+            looks.append((len(runners), remaining(), calls_since(control, before)["github"]))
+        await github.aclose()
+        return looks
+
+    (first, left_first, calls_first), (second, left_second, calls_second), (third, left_third, calls_third) = (
+        asyncio.run(main())
+    )
+    listing = {"GET /orgs/{org}/actions/runners": 3}
+    assert (first, second, third) == (250, 250, 251)
+    assert calls_first == calls_second == calls_third == listing
+    assert left_first is not None and left_second == left_first, "three 304s cost nothing"
+    # Each page carries the listing's `total_count`, as GitHub's do: one more runner changes every page.
+    assert left_third == left_first - 4, "the new registration, and the three pages read again"

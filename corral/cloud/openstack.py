@@ -240,7 +240,7 @@ class OpenStackProvider:
         for scheme in ("https://", "http://"):
             connection.session.session.mount(scheme, adapter)
         self._ids: dict[tuple[str, ImageRef], str] = {}
-        self._listing = ServerListing(clock=clock)
+        self.listing = ServerListing(clock=clock)
         """The installation's servers as of the last listing: the next lists only what changed since."""
         self._flavor_sizes: dict[str, tuple[int, int]] = {}
         """Flavor name -> (vCPUs, RAM MiB), found with its id."""
@@ -463,18 +463,18 @@ class OpenStackProvider:
     def list_servers(self) -> list[CloudServer]:
         """Every server of this installation: in full now and then, otherwise only those Nova says changed
         since the last listing (`corral.cloud.server_listing`)."""
-        since = self._listing.changes_since()
+        since = self.listing.changes_since()
         if since is not None:
             try:
                 changed = self._list("list servers changed lately", {"changes-since": since}, None)
             except CloudRequestRejected as refused:
                 # A cloud that refuses `changes-since` (a proxy in front of Nova, an old release): full
                 # listings from now on, as before, said once.
-                self._listing.incremental = False
+                self.listing.incremental = False
                 logger.warning("the cloud refused changes-since (%s): listing every server on every look", refused)
             else:
                 self._count_listing("changes", len(changed))
-                return self._listing.apply_changes(changed, self._owned)
+                return self.listing.apply_changes(changed, self._owned)
         params: dict[str, Any] = {}
         microversion = None
         if self.supports_tags:
@@ -482,7 +482,7 @@ class OpenStackProvider:
             microversion = TAGS_MICROVERSION
         servers = self._list("list servers", params, microversion)
         self._count_listing("full", len(servers))
-        return self._listing.replace_all(servers, self._owned)
+        return self.listing.replace_all(servers, self._owned)
 
     def _list(self, operation: str, params: dict[str, Any], microversion: str | None) -> list[dict[str, Any]]:
         # The proxy is read inside the call: its first use authenticates, and a failure then is a cloud error.
@@ -618,7 +618,7 @@ class OpenStackProvider:
 
     def create_server(self, spec: ServerSpec) -> CloudServer:
         server = self._create(spec)
-        self._listing.add(server)  # listed from now on, whether or not Nova has stamped its `updated` yet
+        self.listing.add(server)  # listed from now on, whether or not Nova has stamped its `updated` yet
         return server
 
     def _create(self, spec: ServerSpec) -> CloudServer:

@@ -88,6 +88,16 @@ class RegisteredRunner:
 
 
 @dataclass(frozen=True)
+class _RunnerPage:
+    """A page of a scope's runner listing as GitHub last gave it, kept to ask again conditionally."""
+
+    etag: str
+    runners: tuple[RegisteredRunner, ...]
+    more: bool
+    """Whether GitHub linked a next page."""
+
+
+@dataclass(frozen=True)
 class JitConfig:
     """A single-use runner configuration. `encoded` is a credential: never log it or store it."""
 
@@ -183,6 +193,10 @@ class GitHubClient:
         self._common = common
         self._per_installation: dict[str, GitHub[Any]] = {}
         self._group_ids: dict[tuple[str, str], int] = {}
+        self._runner_pages: dict[tuple[str, int], _RunnerPage] = {}
+        """Each scope's runner listing, by (scope path, page), with GitHub's ETag: a look asks with
+        `If-None-Match`, and a page that did not change comes back 304, which GitHub does not count against
+        the rate limit (its REST best practices), and costs no parsing."""
         self.rate_gate = RateGate()
 
     async def aclose(self) -> None:
@@ -352,15 +366,30 @@ class GitHubClient:
         (measured: 30 runners, 52 ms), which is 7.5 s a pass at 5,000 runners for five fields we need.
         """
         client = await self._client_for(scope)
+        path = f"{scope_path(scope)}/actions/runners"
         runners: list[RegisteredRunner] = []
         page = 1
         while True:
-            response = await self._call(
-                client, "GET", f"{scope_path(scope)}/actions/runners", params={"per_page": PER_PAGE, "page": page}
-            )
-            body = orjson.loads(response.content)  # a 100-runner page: orjson a third of json's CPU
-            batch = body.get("runners", []) if isinstance(body, dict) else []
-            runners.extend(
+            listed = await self._runner_page(client, path, page)
+            runners.extend(listed.runners)
+            if not listed.more:
+                for stale in [key for key in self._runner_pages if key[0] == path and key[1] > page]:
+                    del self._runner_pages[stale]  # the listing got shorter: those pages are gone
+                return runners
+            page += 1
+
+    async def _runner_page(self, client: GitHub[Any], path: str, page: int) -> _RunnerPage:
+        """One page of a runner listing: the kept one if GitHub says it did not change (304), else read."""
+        kept = self._runner_pages.get((path, page))
+        headers = {"If-None-Match": kept.etag} if kept is not None else None
+        response = await self._call(client, "GET", path, params={"per_page": PER_PAGE, "page": page}, headers=headers)
+        if response.status_code == 304 and kept is not None:
+            return kept
+        body = orjson.loads(response.content)  # a 100-runner page: orjson a third of json's CPU
+        batch = body.get("runners", []) if isinstance(body, dict) else []
+        listed = _RunnerPage(
+            etag=response.headers.get("etag", ""),
+            runners=tuple(
                 RegisteredRunner(
                     id=int(r["id"]),
                     name=str(r["name"]),
@@ -369,10 +398,14 @@ class GitHubClient:
                     labels=tuple(str(label["name"]) for label in r.get("labels", [])),
                 )
                 for r in batch
-            )
-            if len(batch) < PER_PAGE or 'rel="next"' not in response.headers.get("link", ""):
-                return runners
-            page += 1
+            ),
+            more=len(batch) >= PER_PAGE and 'rel="next"' in response.headers.get("link", ""),
+        )
+        if listed.etag:
+            self._runner_pages[(path, page)] = listed
+        else:
+            self._runner_pages.pop((path, page), None)
+        return listed
 
     async def delete_runner(self, scope: ScopeConfig, runner_id: int) -> bool:
         """Remove a registration. True when it is gone (or already was); False while it runs a job."""

@@ -80,6 +80,12 @@ class RateLimits:
         budget.used += 1
         return budget
 
+    def refund(self, key: str, limit: int) -> Budget:
+        """Give back the request just counted: GitHub does not count a conditional request answered 304."""
+        budget = self.budget(key, limit)
+        budget.used = max(budget.used - 1, 0)
+        return budget
+
     def force(self, remaining: int, reset_in: int) -> None:
         """Set every credential's remaining budget (now and until the reset) for the control API."""
         reset_at = int(time.time()) + reset_in

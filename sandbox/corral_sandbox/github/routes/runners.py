@@ -133,12 +133,23 @@ def _jit_request(body: dict[str, Any]) -> tuple[str, int, list[str], str]:
     return name, group_id, _label_names(body, 1), work_folder
 
 
-def _list(state: GitHubState, request: Request, where: Target) -> JSONResponse:
+def _list(state: GitHubState, request: Request, where: Target) -> Response:
     runners = state.scheduler.in_scope(where.scope)
     name = request.query_params.get("name")
     if name is not None:
         runners = [r for r in runners if r.name == name]
-    return paginated(request, runners, payloads.runner, "runners", where.list_url)
+    page = paginated(request, runners, payloads.runner, "runners", where.list_url)
+    # GitHub tags each answer with an ETag; a request whose `If-None-Match` names the current one is answered
+    # 304 with no body, and does not count against the rate limit ("Use conditional requests if appropriate",
+    # GitHub's REST best practices).
+    etag = 'W/"' + hashlib.sha256(bytes(page.body) + (page.headers.get("link") or "").encode()).hexdigest()[:40] + '"'
+    if etag in {tag.strip() for tag in request.headers.get("if-none-match", "").split(",")}:
+        who = request.state.principal
+        request.state.rate_headers = state.rate_limits.refund(who.rate_key, who.rate_limit).headers()
+        state.world.stats.incr("github_not_modified")
+        return Response(status_code=304, headers={"ETag": etag})
+    page.headers["ETag"] = etag
+    return page
 
 
 def register(router: APIRouter, state: GitHubState) -> None:
@@ -163,7 +174,7 @@ def _register_scope(router: APIRouter, state: GitHubState, kind: ScopeKind, pref
             raise not_found()
         return runner
 
-    async def list_runners(request: Request) -> JSONResponse:
+    async def list_runners(request: Request) -> Response:
         return _list(state, request, target(request))
 
     async def downloads(request: Request) -> JSONResponse:
@@ -287,14 +298,14 @@ def _group_routes(
 def _register_id_aliases(router: APIRouter, state: GitHubState) -> None:
     """`/organizations/{id}/...` and `/repositories/{id}/...`: the addresses GitHub's `Link` headers use."""
 
-    async def org_runners(request: Request) -> JSONResponse:
+    async def org_runners(request: Request) -> Response:
         account = state.directory.existing_account(path_int(request, "org_id"))
         if account is None or account.type != "Organization":
             raise not_found()
         request.path_params["org"] = account.login
         return _list(state, request, _resolve(state, request, "orgs"))
 
-    async def repo_runners(request: Request) -> JSONResponse:
+    async def repo_runners(request: Request) -> Response:
         repo = state.directory.existing_repo(path_int(request, "repo_id"))
         if repo is None:
             raise not_found()
