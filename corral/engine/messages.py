@@ -13,7 +13,11 @@ import contextlib
 from collections.abc import Callable
 
 DRAIN_CHANGED = "~drained"
-"""An operator drained or undrained a pool another replica may hold."""
+"""An operator drained or undrained a pool another replica may hold: every replica reads the status rows again."""
+DRAIN_SET = "~drain:"
+"""`~drain:<1|0>:<pool>`: an operator drained (1) or undrained (0) the pool. Its holder applies it the moment
+the message arrives, so a wake sent after it (a job queued once the operator was answered) finds the pool
+drained; `~drained` goes beside it, for replicas of a release that does not know this message."""
 LOOK_NOW = "~look"
 """Every replica takes a fresh look at the far ends (an operator's reconcile)."""
 DELETE = "~delete:"
@@ -29,6 +33,18 @@ RELOAD = "~reload:"
 """`~reload:<key>:<sender>`: every other replica reloads its own config file."""
 RELOADED = "~reloaded:"
 """`~reloaded:<key>:<replica>:<outcome>`: how a replica's reload went (`reloaded` or `refused`)."""
+
+
+def drain_message(pool: str, drained: bool) -> str:
+    return f"{DRAIN_SET}{int(drained)}:{pool}"
+
+
+def parse_drain(payload: str) -> tuple[str, bool] | None:
+    """The pool and whether it is drained, of a `~drain:` message (None: not one, or malformed)."""
+    flag, _, pool = payload.removeprefix(DRAIN_SET).partition(":")
+    if not payload.startswith(DRAIN_SET) or flag not in ("0", "1") or not pool:
+        return None
+    return pool, flag == "1"
 
 
 class Answers:

@@ -146,7 +146,8 @@ class Operator:
         if engine.leases.holds(name):
             await engine.workers.run_now(name)
         else:
-            engine.bus.notify({messages.DRAIN_CHANGED})
+            # Committed before the operator is answered: the holder has it before any wake sent after.
+            await engine.bus.notify_now({messages.DRAIN_CHANGED, messages.drain_message(name, drained)})
 
     async def delete_runner(self, runner_id: str) -> DeleteOutcome:
         """An operator's delete of one runner (`RunnerDeletes.delete_runner`): refused while it runs a job;

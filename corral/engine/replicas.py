@@ -66,11 +66,20 @@ class ReplicaBus:
             ActionKind.LEASES, f"notify:{self._notices}", self.store.run(leases.notify_wake, payloads)
         )
 
+    async def notify_now(self, payloads: set[str]) -> None:
+        """Send these messages and return once they are committed: what is sent after them arrives after them."""
+        await self.store.run(leases.notify_wake, payloads)
+
     def received(self, payload: str) -> None:
         """A message from another replica (PostgreSQL NOTIFY, `engine.messages`): mostly a pool's name."""
         if not payload.startswith("~"):
             if self.leases.holds(payload):
                 self.workers.wake(payload)
+        elif (drain := messages.parse_drain(payload)) is not None:
+            pool, drained = drain
+            (self.running.drained.add if drained else self.running.drained.discard)(pool)
+            if self.leases.holds(pool):
+                self.workers.wake(pool)
         elif payload == messages.DRAIN_CHANGED:
             self.supervisor.start(ActionKind.LEASES, "drain-changed", self.membership.read_pool_statuses())
         elif payload == messages.LOOK_NOW:

@@ -28,6 +28,21 @@ def test_every_response_carries_rate_limit_headers(sandbox: Sandbox) -> None:
     assert missing.headers["x-ratelimit-remaining"] == "4997"
 
 
+def test_a_conditional_request_answered_304_does_not_count(sandbox: Sandbox) -> None:
+    """GitHub's REST best practices: a request with the ETag of an unchanged answer gets 304, no body, and is not
+    counted against the primary rate limit. A stale ETag gets the whole answer, counted."""
+    url = sandbox.info.github_url + "/orgs/octo-org/actions/runners"
+    auth = {"Authorization": f"token {sandbox.info.pat}"}
+    first = httpx.get(url, headers=auth)
+    etag = first.headers["etag"]
+    again = httpx.get(url, headers={**auth, "If-None-Match": etag})
+    assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
+    assert again.headers["x-ratelimit-remaining"] == first.headers["x-ratelimit-remaining"]
+    stale = httpx.get(url, headers={**auth, "If-None-Match": 'W/"0000"'})
+    assert stale.status_code == 200 and stale.json() == first.json()
+    assert int(stale.headers["x-ratelimit-remaining"]) == int(first.headers["x-ratelimit-remaining"]) - 1
+
+
 def test_rate_limit_endpoint_does_not_count(sandbox: Sandbox) -> None:
     gh = pat_client(sandbox)
     before = gh.rest.rate_limit.get().parsed_data.resources.core.remaining

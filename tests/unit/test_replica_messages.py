@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 from corral.engine.leases import HOUSEKEEPING, spread
-from corral.engine.messages import Answers
+from corral.engine.messages import Answers, drain_message, parse_drain
 from tests.unit import virtual_time
 
 REPLICAS = [f"host-{i}:8080" for i in range(3)]
@@ -78,3 +78,12 @@ def test_a_request_nobody_takes_on_gives_up_after_first_within_s_and_one_taken_o
         return seen
 
     assert virtual_time.run(scenario()) == [([], 3.0), (["a"], 30.0)]
+
+
+def test_a_drain_message_names_the_pool_and_the_change_and_anything_else_is_not_one() -> None:
+    assert drain_message("gpu-large", True) == "~drain:1:gpu-large"
+    assert parse_drain(drain_message("gpu-large", True)) == ("gpu-large", True)
+    assert parse_drain(drain_message("small", False)) == ("small", False)
+    assert parse_drain("~drain:1:a:b") == ("a:b", True)  # the pool is the rest, whatever it holds
+    for payload in ("~drained", "~drain:", "~drain:1:", "~drain:yes:small", "~drain:2:small", "small", "~look"):
+        assert parse_drain(payload) is None, payload
