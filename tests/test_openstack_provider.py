@@ -261,3 +261,23 @@ def test_a_cloud_that_refuses_changes_since_gets_full_listings_from_then_on(
     finally:
         control.put("/faults", json={"endpoints": []}).raise_for_status()
     assert listed("full")[0] == full[0] + 2, "and every look after it"
+
+
+def test_a_server_deleted_before_it_was_scheduled_leaves_the_listing_though_nova_never_reports_it(
+    provider: OpenStackProvider, sandbox: Sandbox, control: httpx.Client, os_conn: openstack.connection.Connection
+) -> None:
+    """Deleted while still a build request, a server leaves no row for `changes-since` to report `DELETED`
+    (ministack does the same): the look after corral's delete asks Nova after it, and its 404 takes it out."""
+    kept = provider.create_server(spec("scheduled"))
+    active(os_conn, kept.id)
+    assert [server.id for server in provider.list_servers()] == [kept.id]
+    control.put("/timings", json={"schedule_delay": 30.0}).raise_for_status()
+    try:
+        doomed = provider.create_server(spec("never-scheduled"))
+        provider.delete_server(doomed.id)
+        wait_until(lambda: os_conn.compute.find_server(doomed.id) is None, what="Nova deleted the build request")
+        full = listed("full")
+        assert [server.id for server in provider.list_servers()] == [kept.id]
+        assert listed("full") == full, "found out without a full listing"
+    finally:
+        control.put("/timings", json={"schedule_delay": 0.0}).raise_for_status()

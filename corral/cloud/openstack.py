@@ -474,6 +474,9 @@ class OpenStackProvider:
                 logger.warning("the cloud refused changes-since (%s): listing every server on every look", refused)
             else:
                 self._count_listing("changes", len(changed))
+                for server_id in self.listing.unmentioned(changed):
+                    if not self._exists(server_id):
+                        self.listing.forget(server_id)
                 return self.listing.apply_changes(changed, self._owned)
         params: dict[str, Any] = {}
         microversion = None
@@ -652,6 +655,19 @@ class OpenStackProvider:
                 os_exceptions.raise_from_response(response)
 
         self._idempotent(f"delete server {server_id}", delete)
+        self.listing.deleted(server_id)
+
+    def _exists(self, server_id: str) -> bool:
+        """`GET /servers/{id}`: whether Nova still has the server (a 404 says it does not)."""
+
+        def show() -> bool:
+            response = self.connection.compute.get(f"/servers/{server_id}", raise_exc=False)
+            if response.status_code == 404:
+                return False
+            os_exceptions.raise_from_response(response)
+            return True
+
+        return self._idempotent(f"show server {server_id}", show)
 
     # -- cache volumes ----------------------------------------------------------------------------
 

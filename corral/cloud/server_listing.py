@@ -59,6 +59,8 @@ class ServerListing:
         """The newest `updated` Nova reported (None: no listing yet, or none that said)."""
         self._full_at: float | None = None
         """When the last full listing was taken (the `clock`'s time)."""
+        self._asked_to_delete: set[str] = set()
+        """Listed servers this corral asked Nova to delete, until a listing no longer has them."""
         self.incremental = True
         """False once the cloud refused `changes-since`: every listing is a full one from then on."""
 
@@ -82,6 +84,25 @@ class ServerListing:
         """A `changes-since` listing: these servers changed (a `DELETED` one is gone); the rest are as they
         were."""
         return self._take(entries, owned)
+
+    def deleted(self, server_id: str) -> None:
+        """This corral asked Nova to delete the server. Nova's `changes-since` reports it `DELETED` once gone
+        only when the server got as far as a cell's database: one deleted while still a build request (before
+        it was scheduled) leaves no row to report. So a look whose changes do not mention it asks after it
+        (`unmentioned`)."""
+        if server_id in self._servers:
+            self._asked_to_delete.add(server_id)
+
+    def unmentioned(self, entries: Iterable[dict[str, Any]]) -> set[str]:
+        """The servers this corral deleted that are still listed and that these changes did not mention."""
+        mentioned = {entry.get("id") for entry in entries}
+        self._asked_to_delete &= set(self._servers)
+        return self._asked_to_delete - mentioned
+
+    def forget(self, server_id: str) -> None:
+        """Nova says the server does not exist (404)."""
+        self._servers.pop(server_id, None)
+        self._asked_to_delete.discard(server_id)
 
     def add(self, server: CloudServer) -> None:
         """A server this corral just created: known before any listing reports it (Nova may not have

@@ -112,3 +112,22 @@ def test_odd_entries_are_skipped_not_fatal() -> None:
     listing = ServerListing(clock=Clock())
     servers = listing.replace_all([{"status": "ACTIVE"}, {"id": 7}, entry("a", "2026-12-06T05:00:00Z")], owned)
     assert ids(servers) == [("a", "ACTIVE")]
+
+
+def test_a_server_this_corral_deleted_that_changes_do_not_mention_is_asked_after_once_each_look() -> None:
+    """Nova reports a deleted server only if it reached a cell: one deleted while a build request leaves no row.
+    A look whose changes do not mention a server corral deleted names it (the provider then asks Nova); one
+    the changes mention, as `DELETED` or still being deleted, is not asked after."""
+    listing = ServerListing(clock=Clock())
+    listing.replace_all([entry("a", "2026-12-06T05:00:00Z"), entry("b", "2026-12-06T05:00:00Z")], owned)
+    listing.add(CloudServer("c", "runner-c", "BUILD", "corral", "small", "c"))
+    for server_id in ("a", "b", "c", "not-listed"):
+        listing.deleted(server_id)
+    still_deleting = [entry("a", "2026-12-06T05:00:05Z")]
+    assert listing.unmentioned(still_deleting) == {"b", "c"}
+    listing.forget("c")  # Nova answered 404
+    assert ids(listing.apply_changes(still_deleting, owned)) == [("a", "ACTIVE"), ("b", "ACTIVE")]
+    gone = [entry("a", "2026-12-06T05:00:09Z", "DELETED"), entry("b", "2026-12-06T05:00:09Z", "DELETED")]
+    assert listing.unmentioned(gone) == set()
+    assert ids(listing.apply_changes(gone, owned)) == []
+    assert listing.unmentioned([]) == set(), "nothing left to ask after"

@@ -519,7 +519,10 @@ class CloudState:
         server = self.servers.pop(server_id, None)
         if server is None:
             return
-        self._keep_deleted(server)
+        if server.id not in self._unscheduled:
+            # One deleted before it was scheduled was only a build request in Nova's API database: no cell
+            # ever had its row, and `changes-since` has nothing to report (measured on ministack).
+            self._keep_deleted(server)
         flavor = self.flavors.get(server.flavor_id)
         held = {"instances": 1, "cores": flavor.vcpus if flavor else 0, "ram": flavor.ram if flavor else 0}
         if server.id in self._unscheduled:  # deleted before it was scheduled: never counted
