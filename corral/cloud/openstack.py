@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import openstack
@@ -52,7 +51,7 @@ from corral.cloud.provider import (
 )
 from corral.cloud.quota import Headroom, ServerCost, ports_per_server
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
-from corral.cloud.server_listing import ServerListing
+from corral.cloud.server_listing import ServerListing, nova_time
 from corral.images import ImageRef, not_found
 from corral.images import describe as describe_image
 from corral.metrics import SERVER_LISTINGS, SERVERS_LISTED
@@ -162,12 +161,6 @@ def turn_off_sdk_retries(connection: openstack.connection.Connection) -> None:
                 setattr(proxy, key, 0)
 
 
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def every_page(
     service: Any, path: str, key: str, params: dict[str, Any], microversion: str | None = None
 ) -> list[dict[str, Any]]:
@@ -190,6 +183,22 @@ def every_page(
         if not page or not any(link.get("rel") == "next" for link in links):
             return found
         query = {**params, "marker": page[-1]["id"]}
+
+
+def _show(service: Any, path: str) -> Any:
+    """`GET path` on an openstacksdk service proxy: the answer, or None when the resource is gone (404)."""
+    response = service.get(path, raise_exc=False)
+    if response.status_code == 404:
+        return None
+    os_exceptions.raise_from_response(response)
+    return response
+
+
+def _delete(service: Any, path: str) -> None:
+    """`DELETE path` on an openstacksdk service proxy; a resource already gone (404) is not an error."""
+    response = service.delete(path, raise_exc=False)
+    if response.status_code != 404:
+        os_exceptions.raise_from_response(response)
 
 
 @dataclass(frozen=True)
@@ -455,7 +464,7 @@ class OpenStackProvider:
             installation=self.installation,
             pool=metadata.get(META_POOL, ""),
             runner_id=metadata[META_RUNNER],
-            created_at=_parse_time(server.get("created")),
+            created_at=nova_time(server.get("created")),
             fault=(fault.get("message") if isinstance(fault, dict) else str(fault)) if fault else None,
             image_id=image.get("id") if isinstance(image, dict) else None,
         )
@@ -648,26 +657,15 @@ class OpenStackProvider:
     def delete_server(self, server_id: str) -> None:
         """`DELETE /servers/{id}`; a server already gone (404) is not an error. Sent raw through openstacksdk's
         authenticated adapter: its `delete_server` builds a `Server` resource first, for nothing we need."""
-
-        def delete() -> None:
-            response = self.connection.compute.delete(f"/servers/{server_id}", raise_exc=False)
-            if response.status_code != 404:
-                os_exceptions.raise_from_response(response)
-
-        self._idempotent(f"delete server {server_id}", delete)
+        self._idempotent(
+            f"delete server {server_id}", lambda: _delete(self.connection.compute, f"/servers/{server_id}")
+        )
         self.listing.deleted(server_id)
 
     def _exists(self, server_id: str) -> bool:
         """`GET /servers/{id}`: whether Nova still has the server (a 404 says it does not)."""
-
-        def show() -> bool:
-            response = self.connection.compute.get(f"/servers/{server_id}", raise_exc=False)
-            if response.status_code == 404:
-                return False
-            os_exceptions.raise_from_response(response)
-            return True
-
-        return self._idempotent(f"show server {server_id}", show)
+        path = f"/servers/{server_id}"
+        return self._idempotent(f"show server {server_id}", lambda: _show(self.connection.compute, path)) is not None
 
     # -- cache volumes ----------------------------------------------------------------------------
 
@@ -722,24 +720,17 @@ class OpenStackProvider:
         return created
 
     def volume(self, volume_id: str) -> CloudVolume | None:
-        def show() -> dict[str, Any] | None:
-            response = self.connection.block_storage.get(f"/volumes/{volume_id}", raise_exc=False)
-            if response.status_code == 404:
-                return None
-            os_exceptions.raise_from_response(response)
-            found: dict[str, Any] = response.json()["volume"]
-            return found
+        def show() -> dict[str, Any] | None:  # read inside the retried call: a garbled answer is a cloud error
+            found = _show(self.connection.block_storage, f"/volumes/{volume_id}")
+            return found.json()["volume"] if found is not None else None
 
-        found = self._idempotent(f"show volume {volume_id}", show)
-        return self._cache_volume(found) if found is not None else None
+        volume = self._idempotent(f"show volume {volume_id}", show)
+        return self._cache_volume(volume) if volume is not None else None
 
     def delete_volume(self, volume_id: str) -> None:
-        def delete() -> None:
-            response = self.connection.block_storage.delete(f"/volumes/{volume_id}", raise_exc=False)
-            if response.status_code != 404:
-                os_exceptions.raise_from_response(response)
-
-        self._idempotent(f"delete volume {volume_id}", delete)
+        self._idempotent(
+            f"delete volume {volume_id}", lambda: _delete(self.connection.block_storage, f"/volumes/{volume_id}")
+        )
 
     def detach_volume(self, volume_id: str, attachment_id: str) -> None:
         """Cinder's `os-detach` action, which a volume's owner may send (Nova's own detach is what failed)."""

@@ -36,12 +36,18 @@ Owned = Callable[[dict[str, Any]], CloudServer | None]
 """A listing entry as one of this installation's servers, or None when it is not one."""
 
 
-def _updated(entry: dict[str, Any]) -> datetime | None:
-    value = entry.get("updated")
+def nova_time(value: object) -> datetime | None:
+    """A time as Nova prints it (`2026-12-06T05:01:11Z`); None when there is none. A malformed one raises
+    ValueError."""
     if not isinstance(value, str) or not value:
         return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _updated(entry: dict[str, Any]) -> datetime | None:
+    """An entry's `updated`, or None when it has none Nova's clock can be read from."""
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return nova_time(entry.get("updated"))
     except ValueError:
         return None
 
