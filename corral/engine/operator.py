@@ -142,7 +142,7 @@ class Operator:
         """Drain: no new runners and idle ones retired (busy ones finish); undrain to resume."""
         engine = self._engine
         await engine.store.run(pools.set_drained, name, drained, now=engine.clock.now())
-        (engine.drained.add if drained else engine.drained.discard)(name)
+        engine.running.set_drained(name, drained)
         if engine.leases.holds(name):
             await engine.workers.run_now(name)
         else:

@@ -77,7 +77,7 @@ class ReplicaBus:
                 self.workers.wake(payload)
         elif (drain := messages.parse_drain(payload)) is not None:
             pool, drained = drain
-            (self.running.drained.add if drained else self.running.drained.discard)(pool)
+            self.running.set_drained(pool, drained)
             if self.leases.holds(pool):
                 self.workers.wake(pool)
         elif payload == messages.DRAIN_CHANGED:

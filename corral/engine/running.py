@@ -34,6 +34,10 @@ class Running:
     drained: set[str] = field(default_factory=set)
     """Pools operators drained, as the store last said (on any replica)."""
 
+    def set_drained(self, pool: str, drained: bool) -> None:
+        """An operator's drain (or undrain) of the pool, heard here or from another replica."""
+        (self.drained.add if drained else self.drained.discard)(pool)
+
     def read(self) -> RunningView:
         """A frozen view for one operation (read with no await, so it is one generation's whole)."""
         return RunningView(self.config, self.template, self.generation, frozenset(self.drained))
