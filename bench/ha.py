@@ -42,7 +42,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.loadgen import post_round_robin
 from bench.reactive import cpu_s, signed_deliveries
-from bench.support import CorralProcess, create_token, free_port, start_sandbox, stop
+from bench.support import CorralProcess, create_token, free_port, metric_total, start_sandbox, stop
 from corral.engine.leases import HOUSEKEEPING, spread
 from corral.files import write_private
 from corral_sandbox.local import corral_config, pool_spec
@@ -106,11 +106,8 @@ class Group:
                 text = self.get(process, "/metrics").text
             except httpx.TransportError:
                 continue
-            for line in text.splitlines():
-                if line.startswith("corral_lease_failover_seconds_sum"):
-                    total += float(line.split()[-1])
-                elif line.startswith("corral_lease_failover_seconds_count"):
-                    count += int(float(line.split()[-1]))
+            total += metric_total(text, "corral_lease_failover_seconds_sum")
+            count += int(metric_total(text, "corral_lease_failover_seconds_count"))
         return total, count
 
     def send_webhooks_to(self, process: CorralProcess) -> None:

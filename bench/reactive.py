@@ -54,7 +54,7 @@ from corral_sandbox.server import SandboxInfo
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.loadgen import build_request, post_all
 from bench.spy import Profile, sampled
-from bench.support import start_corral, start_sandbox, stop
+from bench.support import metric_total, start_corral, start_sandbox, stop
 from tests.store_urls import postgres_url
 from tests.webhook_fixtures import WEBHOOK_EXAMPLES
 
@@ -146,11 +146,7 @@ def cpu_s(process: psutil.Process) -> float:
 def passes(url: str, token: str) -> float:
     """The pool passes corral has made so far, every pool's (its `corral_reconcile_pass_seconds` histogram's count)."""
     text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).raise_for_status().text
-    return sum(
-        float(line.rpartition(" ")[2])
-        for line in text.splitlines()
-        if line.startswith("corral_reconcile_pass_seconds_count")
-    )
+    return metric_total(text, "corral_reconcile_pass_seconds_count")
 
 
 def profiled(args: argparse.Namespace, pid: int) -> contextlib.AbstractContextManager[Profile | None]:

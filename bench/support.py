@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from corral_sandbox.local import sandbox_environment
 from corral_sandbox.server import SandboxInfo
@@ -189,3 +190,14 @@ class CorralProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def metric_total(exposition: str, sample: str) -> float:
+    """The sum, over every label set, of one sample (`corral_reconcile_pass_seconds_count`) in a `/metrics`
+    page, read with prometheus-client's own parser."""
+    return sum(
+        found.value
+        for family in text_string_to_metric_families(exposition)
+        for found in family.samples
+        if found.name == sample
+    )
