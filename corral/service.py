@@ -70,6 +70,7 @@ class Service:
             config.tuning.intake_group,
             self.engine.clock,
             runner_pool=self.engine.pool_of_runner,
+            held_elsewhere=self.engine.held_elsewhere,
         )
         self.stop_event = asyncio.Event()
         self.last_reload_problems: list[str] = []

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from bench.counting import StatementCounter, calls_since, sandbox_calls
@@ -25,6 +26,8 @@ from corral.metrics import REGISTRY
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, JobState, JobUpdate, Reason, RunnerState
 from corral.store.database import Store
 from corral.store.intake import Intake
+from corral.store.leases import WAKE_CHANNEL
+from corral.store.wakes import libpq_url
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from tests.minimal_config import minimal_config
@@ -53,13 +56,16 @@ def delivery(job_id: int, status: JobState, runner_name: str | None = None) -> D
 
 
 def record(
-    store: Store, deliveries: list[Delivery], runner_pool: Callable[[str], str | None] = lambda _: None
+    store: Store,
+    deliveries: list[Delivery],
+    runner_pool: Callable[[str], str | None] = lambda _: None,
+    held_elsewhere: Callable[[str], bool] = lambda _: False,
 ) -> list[DeliveryOutcome]:
     """Deliveries arriving together, recorded through the webhook endpoint's own group commit."""
 
     async def arrive() -> list[DeliveryOutcome]:
         heard: list[IntakeResult] = []
-        intake = Intake(store, heard.append, runner_pool=runner_pool)
+        intake = Intake(store, heard.append, runner_pool=runner_pool, held_elsewhere=held_elsewhere)
         return list(await asyncio.gather(*(intake.record(item) for item in deliveries)))
 
     return asyncio.run(arrive())
@@ -94,6 +100,37 @@ def test_webhook_intake_costs_two_statements_per_group_of_up_to_500(store: Store
         assert record(store, queued) == [DeliveryOutcome.DUPLICATE] * batch
     # A redelivery costs only the insert that finds it known.
     assert dict(counter.kinds) == {"INSERT deliveries": groups}, counter.texts
+
+
+def test_webhooks_for_pools_other_replicas_hold_wake_them_in_the_intakes_own_transaction() -> None:
+    """With replicas on PostgreSQL, a group of webhooks for pools another replica holds tells that replica in
+    the transaction that records them: one statement more (every pool's NOTIFY at once), no transaction more,
+    and the owners hear of it at the commit (until 2026-12-06 each group was followed by a transaction of its
+    own that sent the NOTIFY, and each pool cost a statement)."""
+    pools = ("small", "large", "gpu")
+    queued = [
+        Delivery(id=f"queued-{job_id}", event="workflow_job", action="queued", job=job)
+        for job_id in range(1, 31)
+        for job in [JobUpdate(job_id, "octo/app", ("x",), JobState.QUEUED, pools[job_id % 3])]
+    ]
+    with postgres_url() as url:
+        store = Store(url)
+        store.migrate()
+        try:
+            with psycopg.connect(libpq_url(url), autocommit=True) as listener:
+                listener.execute(f"LISTEN {WAKE_CHANNEL}")
+                counter = StatementCounter(store.engine)
+                with counter.counting():
+                    outcomes = record(store, queued, held_elsewhere=lambda pool: pool != "small")
+                assert outcomes == [DeliveryOutcome.RECORDED] * len(queued)
+                notified = [notice.payload for notice in listener.notifies(timeout=5, stop_after=2)]
+            notifies = [statement for statement in counter.texts if "pg_notify" in statement]
+            assert (counter.total, len(notifies)) == (3, 1), counter.texts
+            assert counter.kinds["INSERT deliveries"] == counter.kinds["INSERT jobs"] == 1, counter.texts
+            # The pool held here is woken by its own worker, not by a message to every replica.
+            assert sorted(notified) == ["gpu", "large"]
+        finally:
+            store.close()
 
 
 def quiet_corral(

@@ -422,16 +422,19 @@ class Engine:
         asks the store): the webhooks of a job taken and finished wake its runner's pool without a query."""
         return self.running.config.pool_of_runner(name)
 
+    def held_elsewhere(self, pool: str) -> bool:
+        """Another replica reconciles `pool` (or none does yet): the intake wakes its owner by NOTIFY in the
+        transaction that records the webhooks (`jobs.record`), not with a transaction of its own."""
+        return self.leases.enabled and not self.leases.holds(pool)
+
     def recorded(self, intake: IntakeResult) -> None:
         """Webhooks were recorded: new demand is acted on at once; news of runners taking or finishing jobs
-        waits a moment (`tuning.news_delay`), so that one pass takes many of them at once."""
+        waits a moment (`tuning.news_delay`), so that one pass takes many of them at once. Pools held by
+        other replicas were told in the intake's own transaction (`held_elsewhere`)."""
         for pool in intake.demand:
             self.workers.wake(pool)
         for pool in intake.news:
             self.workers.wake(pool, after=self.running.config.tuning.news_delay)
-        remote = {pool for pool in intake.demand | intake.news if not self.leases.holds(pool)}
-        if remote:
-            self.bus.notify(remote)
 
     async def settle(self) -> None:
         """Look at the far ends afresh and wait for every pool's pass after it (tests, `corral demo`).

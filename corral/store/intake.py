@@ -30,11 +30,15 @@ class Intake:
         group: int = 500,
         clock: Clock = SYSTEM_CLOCK,
         runner_pool: Callable[[str], str | None] = lambda _: None,
+        held_elsewhere: Callable[[str], bool] = lambda _: False,
     ) -> None:
         """`group`: deliveries per transaction at most, which keeps one commit short even after a pause;
         `clock`: what a delivery's receipt is stamped by (the engine's); `runner_pool(name)`: the pool of a
-        runner a job names, read from its name where it can be (None: the store looks it up)."""
+        runner a job names, read from its name where it can be (None: the store looks it up);
+        `held_elsewhere(pool)`: the pool's owner is another replica, woken by a NOTIFY in the group's own
+        transaction (`jobs.record`)."""
         self._runner_pool = runner_pool
+        self._held_elsewhere = held_elsewhere
         self._group = group
         self._clock = clock
         self._store = store
@@ -60,6 +64,7 @@ class Intake:
                     [delivery for delivery, _ in group],
                     now=self._clock.now(),
                     runner_pool=self._runner_pool,
+                    held_elsewhere=self._held_elsewhere,
                 )
             except Exception as exc:
                 for _, outcome in group:

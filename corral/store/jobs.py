@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Select, bindparam, case, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, Job, JobState, JobUpdate, QueuedJob, RunnerState
+from corral.store.leases import notify_wake
 from corral.store.schema import DELIVERIES, JOBS, RUNNERS
 
 COLUMNS = (
@@ -198,13 +199,15 @@ def record(
     *,
     now: datetime,
     runner_pool: Callable[[str], str | None] = lambda _: None,
+    held_elsewhere: Callable[[str], bool] = lambda _: False,
 ) -> IntakeResult:
     """Record a group of deliveries and the job updates they carry; say which were new and whom to wake.
 
     The pools to wake are the jobs' own pools and, for a job a runner took or finished, that runner's
     pool (a runner of one pool may take a job matched to another): `runner_pool(name)` says it from the name
     where it can (the engine reads corral's own names), the runners table for the others. `now` stamps the
-    rows (the caller's clock).
+    rows (the caller's clock). The owners of pools `held_elsewhere` (other replicas, on PostgreSQL) are woken
+    by a NOTIFY in this same transaction, delivered at its commit: no transaction of its own per group.
     """
     first: dict[str, Delivery] = {}
     for delivery in deliveries:
@@ -243,6 +246,9 @@ def record(
         for start in range(0, len(names), IN_CLAUSE_CHUNK):
             chunk = names[start : start + IN_CLAUSE_CHUNK]
             news.update(connection.execute(_POOLS_OF_RUNNERS, {"names": chunk}).scalars())
+    elsewhere = {pool for pool in demand | news if held_elsewhere(pool)}
+    if elsewhere:
+        notify_wake(connection, elsewhere)
     return IntakeResult(outcomes=tuple(outcomes), demand=frozenset(demand), news=frozenset(news - demand))
 
 

@@ -186,7 +186,12 @@ def verify(connection: Connection, fences: Sequence[Fence]) -> None:
             raise LeaseLost(fence.pool)
 
 
+_NOTIFY = text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
+
+
 def notify_wake(connection: Connection, pools: Iterable[str]) -> None:
-    """Ask the owners of these pools (on whichever replica) to run a pass now; delivered at commit."""
-    for pool in sorted(set(pools)):
-        connection.execute(text("SELECT pg_notify(:channel, :pool)"), {"channel": WAKE_CHANNEL, "pool": pool})
+    """Ask the owners of these pools (on whichever replica) to run a pass now, or send other messages
+    (`engine.messages`): one statement for them all, delivered at commit, in this order."""
+    payloads = sorted(set(pools))
+    if payloads:
+        connection.execute(_NOTIFY, {"channel": WAKE_CHANNEL, "payloads": payloads})
