@@ -45,7 +45,9 @@ from corral.store import (
     retention,
     runners,
 )
+from corral.store.leases import WAKE_CHANNEL
 from corral.store.runners import NewRunner
+from corral.store.wakes import libpq_url
 from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url
 
 
@@ -617,3 +619,33 @@ def test_redelivery_requests_are_counted_for_every_replica_and_pruned(store: Sto
     later = utcnow() + timedelta(days=1)
     assert store.run_blocking(retention.prune_batch, older_than=later, batch=10) == 2
     assert store.run_blocking(redeliveries.attempts, ["guid-1", "guid-2"]) == {}
+
+
+def test_a_drain_and_its_notice_to_the_pools_holder_commit_together_or_not_at_all() -> None:
+    """An operator's drain on a replica that does not hold the pool tells the holder (NOTIFY) in the transaction
+    that writes it: a drain that fails to commit sends nothing, one that commits is heard at once. Until
+    2026-12-06 the notice was a transaction of its own: a failure between the two answered the operator with
+    an error for a drain already written."""
+    notices = ("~drained", "~drain:1:small")
+    with postgres_url() as url:
+        store = Store(url)
+        store.migrate()
+        try:
+            with psycopg.connect(libpq_url(url), autocommit=True) as listener:
+                listener.execute(f"LISTEN {WAKE_CHANNEL}")
+
+                def drain_then_fail(connection: Connection) -> None:
+                    pools.set_drained(connection, "small", True, now=utcnow(), notices=notices)
+                    raise RuntimeError("the transaction ends here")
+
+                with pytest.raises(RuntimeError):
+                    store.run_blocking(drain_then_fail)
+                assert pools.drained(store.run_blocking(pools.statuses)) == set()
+
+                store.run_blocking(pools.set_drained, "small", True, now=utcnow(), notices=notices)
+                store.run_blocking(leases.notify_wake, ["~end"])  # notices arrive in commit order: the last
+                heard = [notice.payload for notice in listener.notifies(timeout=5, stop_after=3)]
+            assert sorted(heard) == sorted([*notices, "~end"]) and heard[-1] == "~end"
+            assert pools.drained(store.run_blocking(pools.statuses)) == {"small"}
+        finally:
+            store.close()

@@ -141,13 +141,14 @@ class Operator:
     async def set_drained(self, name: str, drained: bool) -> None:
         """Drain: no new runners and idle ones retired (busy ones finish); undrain to resume."""
         engine = self._engine
-        await engine.store.run(pools.set_drained, name, drained, now=engine.clock.now())
+        held = engine.leases.holds(name)
+        # Held elsewhere: the holder is told in the transaction that records the drain, committed before the
+        # operator is answered, so it has the drain before any wake sent after (and never one not recorded).
+        notices = () if held else (messages.DRAIN_CHANGED, messages.drain_message(name, drained))
+        await engine.store.run(pools.set_drained, name, drained, now=engine.clock.now(), notices=notices)
         engine.running.set_drained(name, drained)
-        if engine.leases.holds(name):
+        if held:
             await engine.workers.run_now(name)
-        else:
-            # Committed before the operator is answered: the holder has it before any wake sent after.
-            await engine.bus.notify_now({messages.DRAIN_CHANGED, messages.drain_message(name, drained)})
 
     async def delete_runner(self, runner_id: str) -> DeleteOutcome:
         """An operator's delete of one runner (`RunnerDeletes.delete_runner`): refused while it runs a job;

@@ -66,10 +66,6 @@ class ReplicaBus:
             ActionKind.LEASES, f"notify:{self._notices}", self.store.run(leases.notify_wake, payloads)
         )
 
-    async def notify_now(self, payloads: set[str]) -> None:
-        """Send these messages and return once they are committed: what is sent after them arrives after them."""
-        await self.store.run(leases.notify_wake, payloads)
-
     def received(self, payload: str) -> None:
         """A message from another replica (PostgreSQL NOTIFY, `engine.messages`): mostly a pool's name."""
         if not payload.startswith("~"):

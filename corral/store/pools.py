@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
 from corral.model import PoolStatus
+from corral.store.leases import notify_wake
 from corral.store.schema import POOL_STATUS as POOLS
 
 
@@ -53,8 +55,13 @@ def publish(
     _upsert(connection, name, now=now, applied_generation=generation, ready=ready, reason=reason, removed=removed)
 
 
-def set_drained(connection: Connection, name: str, drained: bool, *, now: datetime) -> None:
+def set_drained(
+    connection: Connection, name: str, drained: bool, *, now: datetime, notices: Iterable[str] = ()
+) -> None:
+    """An operator's drain (or undrain) of a pool; `notices` (PostgreSQL NOTIFY) are sent in the same
+    transaction, so the pool's holder on another replica hears of it exactly when, and only if, it is written."""
     _upsert(connection, name, now=now, drained=drained)
+    notify_wake(connection, notices)
 
 
 def set_create_backoff(
