@@ -10,6 +10,10 @@ from pathlib import Path
 
 import psycopg
 
+from corral.store.database import Store
+from corral.store.leases import WAKE_CHANNEL
+from corral.store.wakes import libpq_url
+
 POSTGRES_ADMIN_URL = os.environ.get("CORRAL_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -30,3 +34,18 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def postgres_store_heard() -> Iterator[tuple[Store, psycopg.Connection[tuple[object, ...]]]]:
+    """A migrated store on a fresh PostgreSQL database, and a connection of its own listening on the channel
+    replicas wake each other on (`listener.notifies()` reads what was sent)."""
+    with postgres_url() as url:
+        store = Store(url)
+        store.migrate()
+        try:
+            with psycopg.connect(libpq_url(url), autocommit=True) as listener:
+                listener.execute(f"LISTEN {WAKE_CHANNEL}")
+                yield store, listener
+        finally:
+            store.close()

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from bench.counting import StatementCounter, calls_since, sandbox_calls
@@ -26,13 +25,11 @@ from corral.metrics import REGISTRY
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, JobState, JobUpdate, Reason, RunnerState
 from corral.store.database import Store
 from corral.store.intake import Intake
-from corral.store.leases import WAKE_CHANNEL
-from corral.store.wakes import libpq_url
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec
 from corral_sandbox.server import Sandbox
 from tests.minimal_config import minimal_config
 from tests.seeding import start_with_idle_runners
-from tests.store_urls import postgres_url, sqlite_url
+from tests.store_urls import postgres_store_heard, postgres_url, sqlite_url
 from tests.waiting import wait_until
 
 QUIET = {"reconcile_interval": "1h", "missed_job_scan": "1h", "stale_job_check": "1h"}
@@ -113,24 +110,17 @@ def test_webhooks_for_pools_other_replicas_hold_wake_them_in_the_intakes_own_tra
         for job_id in range(1, 31)
         for job in [JobUpdate(job_id, "octo/app", ("x",), JobState.QUEUED, pools[job_id % 3])]
     ]
-    with postgres_url() as url:
-        store = Store(url)
-        store.migrate()
-        try:
-            with psycopg.connect(libpq_url(url), autocommit=True) as listener:
-                listener.execute(f"LISTEN {WAKE_CHANNEL}")
-                counter = StatementCounter(store.engine)
-                with counter.counting():
-                    outcomes = record(store, queued, held_elsewhere=lambda pool: pool != "small")
-                assert outcomes == [DeliveryOutcome.RECORDED] * len(queued)
-                notified = [notice.payload for notice in listener.notifies(timeout=5, stop_after=2)]
-            notifies = [statement for statement in counter.texts if "pg_notify" in statement]
-            assert (counter.total, len(notifies)) == (3, 1), counter.texts
-            assert counter.kinds["INSERT deliveries"] == counter.kinds["INSERT jobs"] == 1, counter.texts
-            # The pool held here is woken by its own worker, not by a message to every replica.
-            assert sorted(notified) == ["gpu", "large"]
-        finally:
-            store.close()
+    with postgres_store_heard() as (store, listener):
+        counter = StatementCounter(store.engine)
+        with counter.counting():
+            outcomes = record(store, queued, held_elsewhere=lambda pool: pool != "small")
+        assert outcomes == [DeliveryOutcome.RECORDED] * len(queued)
+        notified = [notice.payload for notice in listener.notifies(timeout=5, stop_after=2)]
+    notifies = [statement for statement in counter.texts if "pg_notify" in statement]
+    assert (counter.total, len(notifies)) == (3, 1), counter.texts
+    assert counter.kinds["INSERT deliveries"] == counter.kinds["INSERT jobs"] == 1, counter.texts
+    # The pool held here is woken by its own worker, not by a message to every replica.
+    assert sorted(notified) == ["gpu", "large"]
 
 
 def quiet_corral(

@@ -45,10 +45,8 @@ from corral.store import (
     retention,
     runners,
 )
-from corral.store.leases import WAKE_CHANNEL
 from corral.store.runners import NewRunner
-from corral.store.wakes import libpq_url
-from tests.store_urls import POSTGRES_ADMIN_URL, postgres_url
+from tests.store_urls import POSTGRES_ADMIN_URL, postgres_store_heard, postgres_url
 
 
 def add(store: Store, pool: str = "small", job_id: int | None = None) -> Runner:
@@ -627,25 +625,18 @@ def test_a_drain_and_its_notice_to_the_pools_holder_commit_together_or_not_at_al
     2026-12-06 the notice was a transaction of its own: a failure between the two answered the operator with
     an error for a drain already written."""
     notices = ("~drained", "~drain:1:small")
-    with postgres_url() as url:
-        store = Store(url)
-        store.migrate()
-        try:
-            with psycopg.connect(libpq_url(url), autocommit=True) as listener:
-                listener.execute(f"LISTEN {WAKE_CHANNEL}")
+    with postgres_store_heard() as (store, listener):
 
-                def drain_then_fail(connection: Connection) -> None:
-                    pools.set_drained(connection, "small", True, now=utcnow(), notices=notices)
-                    raise RuntimeError("the transaction ends here")
+        def drain_then_fail(connection: Connection) -> None:
+            pools.set_drained(connection, "small", True, now=utcnow(), notices=notices)
+            raise RuntimeError("the transaction ends here")
 
-                with pytest.raises(RuntimeError):
-                    store.run_blocking(drain_then_fail)
-                assert pools.drained(store.run_blocking(pools.statuses)) == set()
+        with pytest.raises(RuntimeError):
+            store.run_blocking(drain_then_fail)
+        assert pools.drained(store.run_blocking(pools.statuses)) == set()
 
-                store.run_blocking(pools.set_drained, "small", True, now=utcnow(), notices=notices)
-                store.run_blocking(leases.notify_wake, ["~end"])  # notices arrive in commit order: the last
-                heard = [notice.payload for notice in listener.notifies(timeout=5, stop_after=3)]
-            assert sorted(heard) == sorted([*notices, "~end"]) and heard[-1] == "~end"
-            assert pools.drained(store.run_blocking(pools.statuses)) == {"small"}
-        finally:
-            store.close()
+        store.run_blocking(pools.set_drained, "small", True, now=utcnow(), notices=notices)
+        store.run_blocking(leases.notify_wake, ["~end"])  # notices arrive in commit order: the last
+        heard = [notice.payload for notice in listener.notifies(timeout=5, stop_after=3)]
+        assert pools.drained(store.run_blocking(pools.statuses)) == {"small"}
+    assert sorted(heard) == sorted([*notices, "~end"]) and heard[-1] == "~end"
