@@ -45,10 +45,12 @@ def scenario(info: SandboxInfo, folder: Path, pools: int, runners: int, profile:
     control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
     per_pool = max(runners // pools, 1)
     specs = {f"p{i}": pool_spec([f"p{i}"], min_idle=per_pool, max_runners=per_pool) for i in range(pools)}
-    document = corral_config(info, f"sqlite:///{folder}/corral-{pools}x{runners}.db", specs, default_pool="p0")
+    # A folder of its own per run: a scenario named twice in --scenarios gets a new database, not the first's.
+    own = Path(tempfile.mkdtemp(dir=folder, prefix=f"{pools}x{runners}-"))
+    document = corral_config(info, f"sqlite:///{own}/corral.db", specs, default_pool="p0")
     document["reconcile_interval"] = "1h"
     document["cloud"]["max_concurrent_creates"] = 32
-    corral = LocalCorral(info, folder / f"corral-{pools}x{runners}.yaml", document).start()
+    corral = LocalCorral(info, own / "corral.yaml", document).start()
     try:
         deadline = time.monotonic() + 900
         while len(corral.runners(states=[RunnerState.IDLE])) < pools * per_pool:
