@@ -233,6 +233,8 @@ class Transition:
     lost_job: int | None = None
     """The job this runner was running when its server died under it (ERROR or vanished): marked lost with
     the move's message, so that it can be re-run once GitHub has failed it (`rerun_lost_jobs`)."""
+    at: datetime | None = None
+    """When the move happened, if before the pass that makes it (a job's start): None is now."""
 
     def __post_init__(self) -> None:
         self.runner.state.check_transition(self.target)

@@ -350,9 +350,13 @@ def judge_runner(facts: RunnerFacts) -> Verdict | None:
             return Verdict(RunnerState.BOOTING, Reason.SERVER_FOUND, "found its server after a restart")
         return Verdict(RunnerState.FAILED, Reason.INTERRUPTED, "creation was interrupted before a server existed")
 
-    # BOOTING, IDLE or BUSY: what the job table says is the freshest news there is.
+    # BOOTING, IDLE or BUSY: what the job table says is the freshest news there is. A runner whose job both
+    # started and ended before a pass saw it busy is busy first (from the job's start), then finished: its
+    # history, and the usage and metrics read from it, hold the time it ran the job.
     if facts.job_status is JobState.COMPLETED:
-        return Verdict(RunnerState.FINISHED, Reason.JOB_DONE)
+        if state is RunnerState.BUSY:
+            return Verdict(RunnerState.FINISHED, Reason.JOB_DONE)
+        return Verdict(RunnerState.BUSY, Reason.TOOK_JOB)
     if facts.job_status is JobState.IN_PROGRESS and state is not RunnerState.BUSY:
         return Verdict(RunnerState.BUSY, Reason.TOOK_JOB)
 

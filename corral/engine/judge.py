@@ -212,4 +212,6 @@ class RunnerJudge:
             # gone to another of the pool's runners (runners take the oldest fitting job, not their own).
             presumed_taken=diverted is not None and (took is None or row.job_had_runner),
             lost_job=lost,
+            # Busy from when its job started (a webhook's news), not from when this pass saw it.
+            at=row.job_started_at if verdict.target is RunnerState.BUSY and took is not None else None,
         )

@@ -174,7 +174,7 @@ def add(
             for r in runners
         ],
     )
-    _add_events(connection, [(r.id, None, r.state, r.reason, r.message) for r in runners], now)
+    _add_events(connection, [(r.id, None, r.state, r.reason, r.message, now) for r in runners])
     started = Counter(r.job_id for r in runners if r.job_id is not None)
     for job_id, count in started.items():
         connection.execute(
@@ -204,8 +204,7 @@ _NEW_EVENT = insert(EVENTS)
 
 def _add_events(
     connection: Connection,
-    moves: Sequence[tuple[str, RunnerState | None, RunnerState, Reason, str | None]],
-    at: datetime,
+    moves: Sequence[tuple[str, RunnerState | None, RunnerState, Reason, str | None, datetime]],
 ) -> None:
     connection.execute(
         _NEW_EVENT,
@@ -218,7 +217,7 @@ def _add_events(
                 "message": message,
                 "at": at,
             }
-            for runner_id, source, target, reason, message in moves
+            for runner_id, source, target, reason, message, at in moves
         ],
     )
 
@@ -257,18 +256,21 @@ def apply(
     transaction; a stale one refuses the whole group (LeaseLost), nothing written."""
     leases.verify(connection, fences)
     applied: list[Runner | None] = []
-    moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None]] = []
+    moves: list[tuple[str, RunnerState | None, RunnerState, Reason, str | None, datetime]] = []
     diverted: Counter[int] = Counter()
     presumed: set[int] = set()
     lost: dict[int, str] = {}
     for move in transitions:
+        # A move that happened before corral saw it (a job that started before the pass) is stamped with when
+        # it happened, never before the runner's last move nor after now.
+        at = now if move.at is None else max(move.runner.state_changed_at, min(move.at, now))
         row = connection.execute(
             MOVE,
             {
                 "runner_id": move.runner.id,
                 "from_state": move.runner.state.value,
                 "to_state": move.target.value,
-                "now": now,
+                "now": at,
                 "code": move.reason.value,
                 "new_message": move.message,
                 "new_server_id": move.server_id,
@@ -282,7 +284,7 @@ def apply(
             applied.append(None)
             continue
         applied.append(to_runner(row))
-        moves.append((move.runner.id, move.runner.state, move.target, move.reason, move.message))
+        moves.append((move.runner.id, move.runner.state, move.target, move.reason, move.message, at))
         if move.lost_job is not None:
             lost[move.lost_job] = f"runner {move.runner.name}: {move.message or move.reason.value}"
         if move.diverted_job is not None:
@@ -290,7 +292,7 @@ def apply(
             if move.presumed_taken:
                 presumed.add(move.diverted_job)
     if moves:
-        _add_events(connection, moves, now)
+        _add_events(connection, moves)
     for job_id, count in diverted.items():
         counted: dict[str, Any] = {"runners_diverted": JOBS.c.runners_diverted + count, "diverted_at": now}
         if job_id in presumed:
@@ -307,7 +309,7 @@ def note(connection: Connection, runner: Runner, reason: Reason, message: str, *
     """Record something that happened to a runner without moving it (an action on it failed unexpectedly):
     on the runner, where its view shows it, and in its history."""
     connection.execute(update(RUNNERS).where(RUNNERS.c.id == runner.id).values(message=message))
-    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message)], now)
+    _add_events(connection, [(runner.id, runner.state, runner.state, reason, message, now)])
 
 
 def mark_active(connection: Connection, runner_ids: Sequence[str], *, now: datetime) -> None:
@@ -324,8 +326,7 @@ def mark_active(connection: Connection, runner_ids: Sequence[str], *, now: datet
         booted = RunnerState.BOOTING
         _add_events(
             connection,
-            [(runner_id, booted, booted, Reason.SERVER_ACTIVE, None) for runner_id in fresh],
-            now,
+            [(runner_id, booted, booted, Reason.SERVER_ACTIVE, None, now) for runner_id in fresh],
         )
 
 
@@ -348,6 +349,9 @@ class RunnerAndJob:
     job_status: JobState | None
     job_had_runner: bool = False
     """Whether corral started a runner for that job too (a swap: that runner takes the next job)."""
+    job_started_at: datetime | None = None
+    """When that job started on this runner, as its `in_progress` webhook (or GitHub) said: where the runner's
+    busy time begins, however much later corral's pass saw it."""
 
 
 UNDELETED = [state for state in LIVE if state != RunnerState.DELETING.value]
@@ -357,7 +361,7 @@ UNDELETED = [state for state in LIVE if state != RunnerState.DELETING.value]
 def _live_of_pool_query(deleting: bool) -> Select[Any]:
     """Built once per variant: a statement is costlier to build than to run (the pool is a bound parameter)."""
     return (
-        select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started)
+        select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started, JOBS.c.started_at)
         .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
         .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
         .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
@@ -373,12 +377,12 @@ def live_of_pool(connection: Connection, pool: str, *, deleting: bool = True) ->
     found: dict[str, RunnerAndJob] = {}
     for row in connection.execute(_live_of_pool_query(deleting), {"pool": pool}):
         runner = to_runner(row)
-        job_id, job_status, runners_started = row[len(COLUMNS) :]
+        job_id, job_status, runners_started, job_started_at = row[len(COLUMNS) :]
         status = JobState(job_status) if job_status is not None else None
         known = found.get(runner.id)
         # A runner takes one job; should two rows name it, the furthest along says the most.
         if known is None or (status is not None and (known.job_status is None or status.rank > known.job_status.rank)):
-            found[runner.id] = RunnerAndJob(runner, job_id, status, bool(runners_started))
+            found[runner.id] = RunnerAndJob(runner, job_id, status, bool(runners_started), job_started_at)
     return list(found.values())
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import pytest
@@ -22,9 +22,12 @@ from corral.engine.judge import RunnerJudge
 from corral.engine.running import Running
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
-from corral.model import JobState, Reason, Runner, RunnerState
+from corral.model import Delivery, JobState, JobUpdate, Reason, Runner, RunnerState, Transition
 from corral.policy import Verdict
-from corral.store.runners import RunnerAndJob
+from corral.store import Store, jobs, runners
+from corral.store.runners import NewRunner, RunnerAndJob
+from corral.usage import phase_seconds
+from tests.minimal_config import running
 
 
 class Learned:
@@ -110,3 +113,63 @@ def test_a_job_is_marked_lost_only_when_its_busy_runners_server_died_under_it(
     job_status = JobState.IN_PROGRESS if state is RunnerState.BUSY else None
     transition = judge._transition(runner, RunnerAndJob(runner, 9 if job_status else None, job_status), verdict)
     assert transition.lost_job == lost
+
+
+class StoppedClock:
+    """A wall clock standing at one moment: the pass below happens at `at`."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return self.at.timestamp()
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("nothing here waits")
+
+
+def test_a_runner_whose_job_started_and_ended_between_two_passes_was_busy_from_the_jobs_start(store: Store) -> None:
+    """A short job's `in_progress` and `completed` webhooks often reach corral before the pass that would have
+    seen its runner busy (they fold into one pass). Until 2026-12-06 the runner then went from idle straight to
+    finished, and its history, the usage report and `corral_runner_seconds_total{phase="busy"}` held no second
+    of the job (a usage test failed on it in CI). It is now busy from the job's start, as the webhook said,
+    then finished when the pass saw it: idle 60 s, busy 35 s."""
+    up = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    started, completed, seen = up + timedelta(seconds=60), up + timedelta(seconds=90), up + timedelta(seconds=95)
+    intent = NewRunner(pool="small", scope="org:octo-org", labels=("linux",), reason=Reason.WARM)
+    [runner] = store.run_blocking(runners.add, "corral", [intent], now=up)
+    for target, reason in (
+        (RunnerState.CREATING, Reason.CREATE_REQUESTED),
+        (RunnerState.BOOTING, Reason.SERVER_CREATED),
+        (RunnerState.IDLE, Reason.CAME_ONLINE),
+    ):
+        [moved] = store.run_blocking(runners.apply, [Transition(runner, target, reason)], now=up)
+        assert moved is not None
+        runner = moved
+    job = JobUpdate(41, "octo-org/app", ("linux",), JobState.IN_PROGRESS, "small", runner_name=runner.name)
+    news = [
+        Delivery(id="taken", event="workflow_job", action="in_progress", job=replace(job, started_at=started)),
+        Delivery(
+            id="done",
+            event="workflow_job",
+            action="completed",
+            job=replace(job, status=JobState.COMPLETED, started_at=started, completed_at=completed),
+        ),
+    ]
+    store.run_blocking(jobs.record, news, now=seen)
+    clock = StoppedClock(seen)
+    judge = RunnerJudge(
+        running(), Mover(store, clock=clock), Supervisor(), cast(Creator, Learned()), lambda after_s: None, clock=clock
+    )
+    asyncio.run(judge.judge(store.run_blocking(runners.live_of_pool, "small"), None))
+    moves = [(event.to_state, event.at) for event in store.run_blocking(runners.events, runner.id)][3:]
+    assert moves == [
+        (RunnerState.IDLE, up),
+        (RunnerState.BUSY, started),
+        (RunnerState.FINISHED, seen),
+        (RunnerState.DELETING, seen),
+    ]
+    assert phase_seconds(moves, up, seen) == {"boot": 0.0, "idle": 60.0, "busy": 35.0}
