@@ -32,8 +32,10 @@ fi
 # Six workers on two cores: most tests wait on the sandbox's timers, not the CPU. tests/conftest.py's scheduler
 # runs the long tests in three lanes (the chaos runs two at a time on two workers, the other long tests on a
 # third) while the rest share the others: xdist's own `load` scheduling sent every long test to one worker
-# (634 s), and one chaos lane (294 s, the four runs one after another) was the run's whole length. Measured on
-# 2026-12-05, this script: 321 s (1,400 tests in 314 s, about 590 CPU-s: the two cores are now the limit).
+# (634 s), and one chaos lane (294 s, the four runs one after another) was the run's whole length. The two
+# cores are the limit (/proc/stat: 94 to 98% busy through the run), so what shortens the run is CPU saved:
+# tests/waiting.py's polling and LocalCorral's migrated template database (2026-12-06). Measured on
+# 2026-12-06, this script with a warm venv and mypy cache: 328 s (1,499 tests in 321 s).
 # --durations: the slowest tests, so a run creeping towards CI's time limit says where the time went.
 .venv/bin/python -m pytest -n 6 --durations=15 --cov --cov-report=term:skip-covered --cov-report=html \
   --cov-fail-under="$COVERAGE_FLOOR" "$@"
