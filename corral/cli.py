@@ -129,9 +129,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     return run_demo(DemoOptions(duration_s=args.duration, jobs_per_minute=args.jobs_per_minute, port=args.port))
 
 
-def _report_problems(path: Path, problems: list[str]) -> int:
-    """Every configuration problem on stderr, one per line; the exit code for a bad configuration."""
-    print(f"{path}: {len(problems)} problem(s)", file=sys.stderr)
+def _report_problems(source: Path | str, problems: list[str]) -> int:
+    """Every configuration problem on stderr, one per line, under where they are (the file, or the
+    environment); the exit code for a bad configuration."""
+    print(f"{source}: {len(problems)} problem(s)", file=sys.stderr)
     for problem in problems:
         print(f"  - {problem}", file=sys.stderr)
     return 1
@@ -214,7 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
         replica = args.replica_name or f"{socket.gethostname()}:{port}"
         service = Service.from_file(args.config, replica=replica)
     except ConfigError as exc:
-        return _report_problems(args.config, exc.problems)
+        return _report_problems(exc.source or args.config, exc.problems)
     except (AnotherCorralServing, SchemaTooNew) as exc:
         print(f"corral serve: {exc}", file=sys.stderr)
         return 2

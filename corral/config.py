@@ -80,11 +80,14 @@ SECRET_ENVIRONMENT = {
 
 
 class ConfigError(Exception):
-    """The configuration cannot be used; `problems` lists every reason, each naming its key and the fix."""
+    """The configuration cannot be used; `problems` lists every reason, each naming its key and the fix.
+    `source` says where the problems are when not in the config file (`OTEL_*` in the environment, say), so
+    that they are not reported under the file's name."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
         # A token pasted where a key belongs would otherwise come back as "<token>: unknown key".
         self.problems = [secrets.redact(problem) for problem in problems]
+        self.source = source
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 

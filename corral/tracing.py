@@ -24,6 +24,8 @@ from corral.job_spans import JobTrace
 
 EXPORTERS_GROUP = "opentelemetry_traces_exporter"
 """The entry points under which OpenTelemetry's packages register their span exporters."""
+ENVIRONMENT = "the OTEL_* environment"
+"""Where a tracing refusal's problems are: not in the config file, under whose name they would mislead."""
 OTLP_ALIASES = ("otlp", "otlp_proto_http")
 """`otlp` is registered by the `opentelemetry-exporter-otlp` meta-package; corral's extra brings the HTTP one."""
 
@@ -60,7 +62,8 @@ class JobTracing:
                 [
                     "OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT ask for traces, but OpenTelemetry is not "
                     "installed: pip install 'corral[otel]', or unset them (or set OTEL_TRACES_EXPORTER=none)"
-                ]
+                ],
+                source=ENVIRONMENT,
             ) from None
         named = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp"
         provider = TracerProvider(resource=Resource.create(_service(environ)))
@@ -105,7 +108,8 @@ def _exporter(name: str) -> Any:
             return exporter(out=sys.stdout) if candidate == "console" else exporter()
     known = ", ".join(sorted(found)) or "none"
     raise ConfigError(
-        [f"OTEL_TRACES_EXPORTER: no span exporter {name!r} is installed (installed: {known}); name one of those"]
+        [f"OTEL_TRACES_EXPORTER: no span exporter {name!r} is installed (installed: {known}); name one of those"],
+        source=ENVIRONMENT,
     )
 
 

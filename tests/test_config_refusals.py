@@ -114,3 +114,25 @@ def test_a_reload_is_refused_and_neither_the_answer_nor_the_log_repeats_a_secret
     assert "reload refused" in caplog.text
     assert_no_fragment_of(running.sandbox.pat, answer.text + caplog.text)
     assert_no_fragment_of(running.sandbox.webhook_secret, answer.text + caplog.text)
+
+
+def test_serve_refused_by_the_otel_environment_says_so_not_that_the_file_is_wrong(
+    sandbox: Sandbox,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    restore_logging: None,
+) -> None:
+    """A sound config file with `OTEL_TRACES_EXPORTER` naming an exporter nobody installed: corral refuses to
+    start, under the environment's name. Until 2026-12-06 the refusal came under the file's ("corral.yaml:
+    1 problem(s)"), sending the operator to a file with nothing wrong in it."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    path = tmp_path / "corral.yaml"
+    path.write_text(
+        yaml.safe_dump(corral_config(sandbox.info, f"sqlite:///{tmp_path / 'c.db'}", {"s": pool_spec(["s"])}))
+    )
+    assert main(["serve", "--config", str(path), "--listen", "127.0.0.1:0"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "the OTEL_* environment: 1 problem(s)"
+    assert err[1].startswith("  - OTEL_TRACES_EXPORTER: no span exporter 'zipkin' is installed")
+    assert not (tmp_path / "c.db").exists(), "refused before touching the database"
