@@ -480,3 +480,19 @@ def test_a_scale_set_pool_is_checked_through_the_actions_service(setup: Setup) -
     check = item(report, "pool ci: scale set")
     assert "'gpu-runners' does not exist" in check["detail"]
     assert "pools.ci.runner_group" in check["fix"] and "create the runner group 'gpu-runners'" in check["fix"]
+
+
+def test_a_cache_volume_type_the_cloud_lacks_warns_naming_the_key(setup: Setup) -> None:
+    """Cache volumes of a type Cinder lacks are refused one by one, and runners then start without one: the
+    doctor warns (exit 0) rather than fails, and names the key. One the cloud has passes."""
+    setup.pool["cache_volumes"] = {"size_gb": 10, "max": 2, "type": "nvme"}
+    code, report = setup.json()
+    assert code == 0, "a missing cache volume type costs speed, not jobs"
+    check = item(report, "pool small: cache volume type nvme")
+    assert check["status"] == "warn"
+    assert "'nvme' does not exist" in check["detail"] and "start without one" in check["detail"]
+    assert "pools.small.cache_volumes.type" in check["fix"]
+
+    setup.pool["cache_volumes"] = {"size_gb": 10, "max": 2, "type": "ssd"}
+    code, report = setup.json()
+    assert (code, item(report, "pool small: cache volume type ssd")["status"]) == (0, "pass")

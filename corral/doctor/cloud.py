@@ -255,6 +255,7 @@ class CloudDoctor:
         if placement.availability_zone:
             self._zone(item, placement.availability_zone, key("availability_zone"))
         self._volume_types(item, name, pool)
+        self._cache_volume_type(item, name, pool)
         if flavor is not None:
             self._quota(item, name, pool, placement, flavor, headroom)
         else:
@@ -347,6 +348,32 @@ class CloudDoctor:
                     "cloud lacks",
                     f"remove pools.{pool_name}.boot_volume_type and the volumes' type",
                 )
+
+    def _cache_volume_type(self, item: str, pool_name: str, pool: PoolConfig) -> None:
+        """A warning, not a failure: Cinder refuses cache volumes of a type it lacks, and the pool's runners
+        then start without one (slower jobs, no lost job)."""
+        volume_type = pool.cache_volumes.type if pool.cache_volumes else None
+        if not volume_type:
+            return
+        name = f"{item}: cache volume type {volume_type}"
+        try:
+            found = self._call(
+                f"find volume type {volume_type!r}",
+                lambda: self.conn.block_storage.find_type(volume_type, ignore_missing=True),
+            )
+        except Exception as exc:
+            self.section.warned(name, str(exc), "run the doctor again once the cloud answers")
+            return
+        if found is None:
+            self.section.warned(
+                name,
+                f"volume type {volume_type!r} does not exist in this cloud (or this project cannot see it): Cinder "
+                "will refuse every cache volume, and the pool's runners will start without one",
+                f"set pools.{pool_name}.cache_volumes.type to an existing volume type (`openstack volume type "
+                "list`), or remove it for the cloud's default",
+            )
+            return
+        self.section.passed(name, f"volume type {volume_type!r} is {found.id}")
 
     def _quota(
         self, item: str, pool_name: str, pool: PoolConfig, placement: Placement, flavor: Any, headroom: Headroom | None
