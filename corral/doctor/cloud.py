@@ -287,17 +287,22 @@ class CloudDoctor:
             named = f"{image.name!r} ({image.id})" if isinstance(ref, ImageFilter) else image.id
             self.section.passed(item, f"{what} is {named}")
 
-    def _look(self, item: str, kind: str, name: str, find: Callable[[str], Any], key: str) -> Any:
-        """Find one named resource and report it; the resource, or None when missing or the lookup failed."""
+    def _look(
+        self, item: str, kind: str, name: str, find: Callable[[str], Any], key: str, *, if_missing: str | None = None
+    ) -> Any:
+        """Find one named resource and report it; the resource, or None when missing or the lookup failed.
+        `if_missing`: what its absence costs when that is not a failure (reported as a warning, with it)."""
+        report = self.section.failed if if_missing is None else self.section.warned
         try:
             found = self._call(f"find {kind} {name!r}", lambda: find(name))
         except Exception as exc:
-            self.section.failed(item, str(exc), "see the cloud's answer above; run the doctor again once it works")
+            report(item, str(exc), "see the cloud's answer above; run the doctor again once it works")
             return None
         if found is None:
-            self.section.failed(
+            missing = f"{kind} {name!r} does not exist in this cloud (or this project cannot see it)"
+            report(
                 item,
-                f"{kind} {name!r} does not exist in this cloud (or this project cannot see it)",
+                missing if if_missing is None else f"{missing}: {if_missing}",
                 f"set {key} to the name or id of an existing {kind} "
                 f"(`openstack {kind.replace('key pair', 'keypair')} list`)",
             )
@@ -353,27 +358,15 @@ class CloudDoctor:
         """A warning, not a failure: Cinder refuses cache volumes of a type it lacks, and the pool's runners
         then start without one (slower jobs, no lost job)."""
         volume_type = pool.cache_volumes.type if pool.cache_volumes else None
-        if not volume_type:
-            return
-        name = f"{item}: cache volume type {volume_type}"
-        try:
-            found = self._call(
-                f"find volume type {volume_type!r}",
-                lambda: self.conn.block_storage.find_type(volume_type, ignore_missing=True),
+        if volume_type:
+            self._look(
+                f"{item}: cache volume type {volume_type}",
+                "volume type",
+                volume_type,
+                lambda n: self.conn.block_storage.find_type(n, ignore_missing=True),
+                f"pools.{pool_name}.cache_volumes.type",
+                if_missing="Cinder will refuse every cache volume, and the pool's runners will start without one",
             )
-        except Exception as exc:
-            self.section.warned(name, str(exc), "run the doctor again once the cloud answers")
-            return
-        if found is None:
-            self.section.warned(
-                name,
-                f"volume type {volume_type!r} does not exist in this cloud (or this project cannot see it): Cinder "
-                "will refuse every cache volume, and the pool's runners will start without one",
-                f"set pools.{pool_name}.cache_volumes.type to an existing volume type (`openstack volume type "
-                "list`), or remove it for the cloud's default",
-            )
-            return
-        self.section.passed(name, f"volume type {volume_type!r} is {found.id}")
 
     def _quota(
         self, item: str, pool_name: str, pool: PoolConfig, placement: Placement, flavor: Any, headroom: Headroom | None
