@@ -519,15 +519,14 @@ class CloudState:
         server = self.servers.pop(server_id, None)
         if server is None:
             return
-        if server.id not in self._unscheduled:
-            # One deleted before it was scheduled was only a build request in Nova's API database: no cell
-            # ever had its row, and `changes-since` has nothing to report (measured on ministack).
-            self._keep_deleted(server)
         flavor = self.flavors.get(server.flavor_id)
         held = {"instances": 1, "cores": flavor.vcpus if flavor else 0, "ram": flavor.ram if flavor else 0}
-        if server.id in self._unscheduled:  # deleted before it was scheduled: never counted
+        if server.id in self._unscheduled:
+            # Deleted before it was scheduled: never counted, and only a build request in Nova's API database,
+            # so no cell ever had its row and `changes-since` has nothing to report (measured on ministack).
             del self._unscheduled[server.id]
         else:
+            self._keep_deleted(server)
             self.used.subtract(held)
             if server.fault is not None and server.fault.code == 413:
                 self._over_quota.subtract(held)
