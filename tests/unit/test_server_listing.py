@@ -131,3 +131,37 @@ def test_a_server_this_corral_deleted_that_changes_do_not_mention_is_asked_after
     assert listing.unmentioned(gone) == set()
     assert ids(listing.apply_changes(gone, owned)) == []
     assert listing.unmentioned([]) == set(), "nothing left to ask after"
+
+
+def test_once_the_overlap_has_passed_a_quiet_cloud_is_asked_only_from_its_newest_change() -> None:
+    """The ten seconds before Nova's newest change are asked again in case a row committed late; a listing begun
+    ten seconds after that change was first seen has them all, so the looks after it ask from the change
+    itself (a quiet cloud after a burst no longer lists the burst's tail on every look)."""
+    clock = Clock()
+    listing = ServerListing(clock=clock)
+    listing.replace_all([entry("a", "2026-12-06T05:00:00Z")], owned)
+    clock.now += 9.999
+    assert listing.changes_since() == "2026-12-06T04:59:50Z"
+    listing.apply_changes([entry("a", "2026-12-06T05:00:00Z")], owned)
+    clock.now += 0.001
+    assert listing.changes_since() == "2026-12-06T04:59:50Z", "this listing is the one that makes the overlap safe"
+    assert listing.changes_since() == "2026-12-06T04:59:50Z", "a listing that failed settles nothing"
+    listing.apply_changes([entry("a", "2026-12-06T05:00:00Z")], owned)
+    assert listing.changes_since() == "2026-12-06T05:00:00Z"
+    # A newer change brings the overlap back, though never before what is already settled.
+    listing.apply_changes([entry("b", "2026-12-06T05:00:04Z")], owned)
+    assert listing.changes_since() == "2026-12-06T05:00:00Z"
+    clock.now += 10
+    assert listing.changes_since() == "2026-12-06T05:00:00Z"
+    listing.apply_changes([], owned)
+    assert listing.changes_since() == "2026-12-06T05:00:04Z"
+    # A full listing starts over: its newest change is asked with the overlap until it has passed again.
+    listing.replace_all([entry("b", "2026-12-06T05:00:04Z")], owned)
+    assert listing.changes_since() == "2026-12-06T04:59:54Z"
+
+
+def test_a_server_listed_again_unchanged_keeps_its_object() -> None:
+    listing = ServerListing(clock=Clock())
+    first = listing.replace_all([entry("a", "2026-12-06T05:00:00Z")], owned)
+    assert listing.apply_changes([entry("a", "2026-12-06T05:00:00Z")], owned)[0] is first[0]
+    assert listing.apply_changes([entry("a", "2026-12-06T05:00:01Z", "SHUTOFF")], owned)[0] is not first[0]
