@@ -2,8 +2,10 @@
 
 `reconcile_pool` is idempotent and level-triggered: it reads the pool's runners (with the job each one took,
 from the job table), the newest observation and the queued jobs, and acts on the difference. Its only memory
-between passes is what is under way (the supervisor's actions), backoffs, and how many runners were being
-deleted as of the last look (read again only on the pass after a new look).
+between passes is what is under way (the supervisor's actions), backoffs, how many runners were being
+deleted as of the last look (read again only on the pass after a new look), and the pool's runners as last
+read, which spare re-reading in full those that did not change (`store.known_runners`: it tells which did
+from the database itself, so it is never out of date).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from corral.engine.supervisor import ActionKind, Supervisor
 from corral.engine.workers import KeyedWorkers
 from corral.metrics import RECONCILE_SECONDS
 from corral.model import Reason, RunnerState
-from corral.store import Store, runners
+from corral.store import Store, known_runners
+from corral.store.known_runners import KnownRunners
 from corral.store.leases import LeaseLost
 
 logger = logging.getLogger("corral.engine")
@@ -63,6 +66,8 @@ class PoolReconciler:
         """The observation each pool's last full pass (deleting runners included) judged against."""
         self._deleting: dict[str, int] = {}
         """Runners being deleted per pool, as of that pass."""
+        self._known: dict[str, KnownRunners] = {}
+        """Each pool's runners as its last pass read them: a pass reads in full only those that changed."""
 
     async def reconcile_pool(self, name: str) -> float | None:
         """Judge the pool's runners, clean up, scale; returns when to run again (None: at the next wake)."""
@@ -74,6 +79,7 @@ class PoolReconciler:
             # past it). Not an error: stop acting for the pool; the lease keeper takes it back if it falls here.
             logger.warning("pool %s: lease lost (a write was refused); another replica acts for it now", name)
             self.leases.held.pop(name, None)
+            self._known.pop(name, None)
             self.workers.ensure(set(self.workers.keys) - {name})
             self.scalesets.ensure(set(self.scalesets.listeners) - {name})
             return None
@@ -86,10 +92,12 @@ class PoolReconciler:
         # Runners being deleted only change with a new look at the far ends: read them on the pass after one.
         generation = observation.generation if observation is not None else 0
         full = self._looked_at.get(name) != generation
-        rows = await self.store.run(runners.live_of_pool, name, deleting=full)
+        known = self._known.setdefault(name, KnownRunners())
+        rows = await self.store.run(known_runners.live_of_pool, name, known, deleting=full)
         if not rows and pool is None and full:
             await self.status.forget(name)
             self._looked_at.pop(name, None)
+            self._known.pop(name, None)
             self.workers.ensure(set(self.workers.keys) - {name})  # this worker ends after this pass
             return None
         current = await self.judge.judge(rows, observation)

@@ -379,24 +379,31 @@ UNDELETED = [state for state in LIVE if state != RunnerState.DELETING.value]
 
 
 @functools.cache
-def _live_of_pool_query(deleting: bool) -> Select[Any]:
-    """Built once per variant: a statement is costlier to build than to run (the pool is a bound parameter)."""
-    return (
+def _live_of_pool_query(deleting: bool, by_id: bool = False) -> Select[Any]:
+    """Built once per variant: a statement is costlier to build than to run (the pool is a bound parameter).
+    `by_id`: only the runners named by the `ids` parameter."""
+    query = (
         select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started, JOBS.c.started_at)
         .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
         .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
         .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
     )
+    return query.where(RUNNERS.c.id.in_(bindparam("ids", expanding=True))) if by_id else query
 
 
-def live_of_pool(connection: Connection, pool: str, *, deleting: bool = True) -> list[RunnerAndJob]:
+def live_of_pool(
+    connection: Connection, pool: str, *, deleting: bool = True, ids: Sequence[str] | None = None
+) -> list[RunnerAndJob]:
     """A pool's runners not yet deleted, oldest first, each with the status of the job run on it, if any.
 
     `deleting=False` leaves out runners being deleted: only a new look at the far ends can tell anything
-    about them, and under load they are most of a pool's rows.
+    about them, and under load they are most of a pool's rows. `ids`: only these runners (a few hundred at
+    most: they are bound one parameter each); the pool's holder reads only those that changed
+    (`store.known_runners`).
     """
+    parameters: dict[str, Any] = {"pool": pool} if ids is None else {"pool": pool, "ids": list(ids)}
     found: dict[str, RunnerAndJob] = {}
-    for row in connection.execute(_live_of_pool_query(deleting), {"pool": pool}):
+    for row in connection.execute(_live_of_pool_query(deleting, ids is not None), parameters):
         runner = to_runner(row)
         job_id, job_status, runners_started, job_started_at = row[len(COLUMNS) :]
         status = JobState(job_status) if job_status is not None else None
