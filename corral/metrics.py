@@ -39,6 +39,13 @@ GITHUB_ERRORS = Counter("corral_github_errors_total", "GitHub call failures by k
 RECONCILE_SECONDS = Histogram(
     "corral_reconcile_pass_seconds", "Duration of one pool's reconcile pass", ["pool"], registry=REGISTRY
 )
+RUNNERS_JUDGED = Counter(
+    "corral_runners_judged_total",
+    "Runners a pass ran the state rules on, by pool: an idle or busy runner whose row, server and registration"
+    " did not change since it was last judged to stay is not judged again",
+    ["pool"],
+    registry=REGISTRY,
+)
 OBSERVE_SECONDS = Histogram(
     "corral_observe_seconds",
     "Duration of one look at both far ends (every pool's servers and runners)",

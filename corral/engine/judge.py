@@ -17,7 +17,7 @@ from corral.engine.rollouts import Rollouts
 from corral.engine.running import Running
 from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
-from corral.metrics import RUNNER_BOOT_SECONDS
+from corral.metrics import RUNNER_BOOT_SECONDS, RUNNERS_JUDGED
 from corral.model import JobState, Reason, Runner, RunnerState, Transition
 from corral.policy import RunnerFacts, Verdict, judge_runner
 from corral.store.runners import RunnerAndJob
@@ -34,6 +34,10 @@ MACHINE_LOST = frozenset({Reason.SERVER_ERROR, Reason.SERVER_VANISHED})
 """A busy runner failing for one of these lost its job with its server: the proof `rerun_lost_jobs` needs (a
 server merely SHUTOFF is how a runner that ran its job to the end looks too, so it is not proof)."""
 
+QUIET = frozenset({RunnerState.IDLE, RunnerState.BUSY})
+"""States whose verdict depends on nothing but the runner's row and the look (no clock, no configuration, no
+action under way): a runner in one, judged to stay, is judged again only when one of those changed."""
+
 ENDED = frozenset({RunnerState.FINISHED, RunnerState.FAILED})
 """Where a runner goes when it leaves its job (done, deregistered, exited, or its server lost)."""
 
@@ -42,6 +46,54 @@ def left_a_running_job(transition: Transition, row: RunnerAndJob) -> bool:
     """Whether a runner just ended while the job table still has its job `in_progress`: the job's end was
     not heard of (a lost webhook), so the job tracker asks GitHub about it (`jobs.unfinished_without_runner`)."""
     return transition.target in ENDED and row.job_status is JobState.IN_PROGRESS
+
+
+class Staying:
+    """A pool's runners one pass judged to stay where they were, in a `QUIET` state, against one look and one
+    configuration: the next pass need not judge them again while nothing they were judged by changed."""
+
+    def __init__(self, observation: Observation, config: CorralConfig) -> None:
+        self.observation = observation
+        self.config = config
+        self.rows: dict[str, RunnerAndJob] = {}
+        """By runner id: the row (the same object while the runner and its job did not change,
+        `store.known_runners`) each was judged on."""
+
+    def add(self, row: RunnerAndJob) -> None:
+        runner = row.runner
+        # Only a runner already in its state when the look began: for one that moved since, absence from the
+        # look proves nothing yet, and proves something the look after (so it must be judged again then).
+        if runner.state in QUIET and runner.state_changed_at < self.observation.started_at:
+            self.rows[runner.id] = row
+
+    def keep(self, ids: set[str], earlier: Staying) -> None:
+        """The runners not judged again this pass, because they still stay."""
+        self.rows.update((runner_id, earlier.rows[runner_id]) for runner_id in ids)
+
+    def still(self, rows: dict[str, RunnerAndJob], now: Observation, config: CorralConfig) -> set[str]:
+        """Of these rows, the runners that still stay without being judged: their row is the one judged, in the
+        same configuration, and the look is the one judged against, or the next one, which saw neither their
+        server nor their registration change."""
+        if config is not self.config:
+            return set()
+        if now.generation == self.observation.generation:
+            changes = None
+        elif now.changes is not None and now.changes.since == self.observation.generation:
+            changes = now.changes
+        else:
+            return set()
+        return {
+            runner_id
+            for runner_id, row in self.rows.items()
+            if rows.get(runner_id) is row
+            and (
+                changes is None
+                or (
+                    runner_id not in changes.servers
+                    and (row.runner.scope, row.runner.name) not in changes.registrations
+                )
+            )
+        }
 
 
 class RunnerJudge:
@@ -70,6 +122,8 @@ class RunnerJudge:
         """Told which runners came online or failed to: a rollout judges its new image by them."""
         self._noted_active: dict[str, None] = {}
         """Runners whose ACTIVE server is already noted (insertion-ordered, the oldest forgotten first)."""
+        self._staying: dict[str, Staying] = {}
+        """Per pool: its runners in a `QUIET` state the last pass judged to stay where they were."""
 
     async def judge(self, rows: list[RunnerAndJob], observation: Observation | None) -> list[Runner]:
         """Move every runner as far as what is known takes it, a step (one transaction) at a time, all by the
@@ -78,8 +132,15 @@ class RunnerJudge:
         await self._note_active(rows, observation)
         by_id = {row.runner.id: row for row in rows}
         current = {row.runner.id: row.runner for row in rows}
-        pending = list(current)
-        for _ in range(MAX_STEPS_PER_PASS):
+        # Runners judged to stay against the look before, or this one, that nothing changed for since.
+        pool = rows[0].runner.pool if rows and observation is not None else None
+        earlier = self._staying.get(pool) if pool is not None else None
+        still = earlier.still(by_id, observation, config) if earlier is not None and observation is not None else set()
+        stays = Staying(observation, config) if pool is not None and observation is not None else None
+        pending = [runner_id for runner_id in current if runner_id not in still]
+        if rows:
+            RUNNERS_JUDGED.labels(rows[0].runner.pool).inc(len(pending))
+        for step in range(MAX_STEPS_PER_PASS):
             transitions = []
             for runner_id in pending:
                 runner = current[runner_id]
@@ -87,6 +148,8 @@ class RunnerJudge:
                 verdict = judge_runner(self._facts(config, runner, row, observation))
                 if verdict is not None:
                     transitions.append(self._transition(runner, row, verdict))
+                elif step == 0 and stays is not None:
+                    stays.add(row)
             if not transitions:
                 break
             moved = await self.mover.apply(transitions)
@@ -103,7 +166,15 @@ class RunnerJudge:
                     if left_a_running_job(transition, by_id[result.id]):
                         # Its `completed` webhook may be lost: GitHub's word now, not `stale_job_check` later.
                         self._ask_github(0.0)
+        if pool is not None and stays is not None:
+            if earlier is not None:
+                stays.keep(still, earlier)
+            self._staying[pool] = stays
         return [runner for runner in current.values() if runner.state is not RunnerState.DELETED]
+
+    def forget(self, pool: str) -> None:
+        """The pool is gone: what its last pass judged goes with it."""
+        self._staying.pop(pool, None)
 
     async def _note_active(self, rows: list[RunnerAndJob], observation: Observation | None) -> None:
         """Booting runners whose server the look saw ACTIVE: noted once each (one write for them all)."""

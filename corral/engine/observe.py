@@ -9,6 +9,7 @@ judge tell the two apart, so a shared, slightly old observation never condemns a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import sys
@@ -37,6 +38,45 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Changes:
+    """What one look saw differently from the look before it (generation `since`): the runners whose server
+    appeared, left or changed, and the registrations, by scope and name, likewise. A runner in neither, judged
+    to stay as it was against the look before, stays against this one too (`RunnerJudge`): at 10,000 runners,
+    judging every one each pass was a third of the pass's CPU."""
+
+    since: int
+    servers: frozenset[str]
+    """Runner ids."""
+    registrations: frozenset[tuple[str, str]]
+    """(scope key, runner name)."""
+
+
+def _changed(before: dict[str, T], after: dict[str, T]) -> set[str]:
+    """The keys whose value is new, gone or different (an unchanged value is mostly the same object)."""
+    changed = {key for key, value in after.items() if (old := before.get(key)) is not value and old != value}
+    changed.update(key for key in before if key not in after)
+    return changed
+
+
+def changes_between(before: Observation | None, after: Observation) -> Changes | None:
+    """What `after` says differently from `before`; None when the two cannot be compared runner by runner: no
+    look before, or the two listed different clouds or scopes (absence means something else in each)."""
+    if before is None or before.servers is None or after.servers is None:
+        return None
+    if before.listed != after.listed or before.registrations.keys() != after.registrations.keys():
+        return None
+    return Changes(
+        since=before.generation,
+        servers=frozenset(_changed(before.servers, after.servers)),
+        registrations=frozenset(
+            (scope, name)
+            for scope, named in after.registrations.items()
+            for name in _changed(before.registrations[scope], named)
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the clouds and GitHub said in one look. `servers` holds the servers of the clouds in `listed`
     (None when no cloud could be listed); a scope missing from `registrations` could not be listed either.
@@ -51,6 +91,8 @@ class Observation:
     headrooms: dict[str, Headroom | None] = field(default_factory=dict)
     """Each cloud's project quota less its usage, read with the servers (None when it could not be read), by
     name, the first cloud first."""
+    changes: Changes | None = None
+    """What differs from the look before (set by the `Observer`); None: everything may have."""
 
     @property
     def headroom(self) -> Headroom | None:
@@ -269,6 +311,7 @@ class Observer:
                 _unexpected("looking at the cloud and GitHub failed unexpectedly; trying again shortly")
                 observation = None
             if observation is not None:
+                observation = dataclasses.replace(observation, changes=changes_between(self.latest, observation))
                 self.generation = observation.generation
                 self.latest = observation
                 OBSERVE_SECONDS.observe(self._clock.monotonic() - started)

@@ -98,6 +98,7 @@ class PoolReconciler:
             await self.status.forget(name)
             self._looked_at.pop(name, None)
             self._known.pop(name, None)
+            self.judge.forget(name)
             self.workers.ensure(set(self.workers.keys) - {name})  # this worker ends after this pass
             return None
         current = await self.judge.judge(rows, observation)

@@ -70,8 +70,8 @@ def test_a_pass_rereads_only_the_runners_that_moved_took_a_job_or_got_a_note(sto
 
 
 def test_a_read_without_the_runners_being_deleted_keeps_them_for_the_next_full_read(store: Store) -> None:
-    deleting, finishing, idle = warm(store, 3)
-    [deleting] = store.run_blocking(runners.apply, [Transition(deleting, RunnerState.DELETING, Reason.CLEANUP)], now=AT)
+    warmed, finishing, idle = warm(store, 3)
+    [deleting] = store.run_blocking(runners.apply, [Transition(warmed, RunnerState.DELETING, Reason.CLEANUP)], now=AT)
     assert deleting is not None
     known = KnownRunners()
     full, _ = read(store, known)
