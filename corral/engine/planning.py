@@ -247,16 +247,21 @@ class PoolPlan:
 def outdated_runners(ctx: PoolContext) -> list[Runner]:
     """The pool's idle runners to replace: those in a cloud that is no longer one of its placements, and those
     on an image their placement's runners may not keep (a runner whose image is not recorded is left alone)."""
+    by_cloud: dict[str | None, tuple[bool, frozenset[str] | None]] = {}
+    """Per cloud a runner records: whether it is misplaced, and the images its placement keeps (asked once
+    per cloud, not per runner: at 10,000 runners that was a tenth of a pass)."""
     outdated = []
     for runner in ctx.runners:
         if runner.state is not RunnerState.IDLE or runner.id in ctx.busy:
             continue
-        if ctx.misplaced(runner):
-            outdated.append(runner)
-            continue
-        placement = ctx.config.placement_of(ctx.name, runner.cloud)
-        images = ctx.kept_images.get(placement.key(ctx.name)) if placement is not None else None
-        if images and runner.image_id is not None and runner.image_id not in images:
+        if runner.cloud not in by_cloud:
+            placement = ctx.config.placement_of(ctx.name, runner.cloud)
+            by_cloud[runner.cloud] = (
+                ctx.misplaced(runner),
+                ctx.kept_images.get(placement.key(ctx.name)) if placement is not None else None,
+            )
+        misplaced, images = by_cloud[runner.cloud]
+        if misplaced or (images and runner.image_id is not None and runner.image_id not in images):
             outdated.append(runner)
     return outdated
 
