@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import cast
 
 from corral.cloud.provider import CloudServer
@@ -18,28 +18,15 @@ from corral.engine.supervisor import Supervisor
 from corral.engine.transitions import Mover
 from corral.github.client import RegisteredRunner
 from corral.metrics import REGISTRY
-from corral.model import Delivery, JobState, JobUpdate, Reason, Runner, RunnerState, Transition
-from corral.store import Store, jobs, known_runners, runners
+from corral.model import Delivery, JobState, JobUpdate, Reason, Runner, RunnerState
+from corral.store import Store, jobs, known_runners
 from corral.store.known_runners import KnownRunners
-from corral.store.runners import NewRunner
 from tests.minimal_config import running
 from tests.unit.test_judge import Learned, StoppedClock
+from tests.unit.test_known_runners import AT as UP
+from tests.unit.test_known_runners import idle_runners
 
-UP = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 SCOPE = "org:octo-org"
-
-
-def idle_fleet(store: Store, count: int) -> list[Runner]:
-    intents = [NewRunner(pool="small", scope=SCOPE, labels=("linux",), reason=Reason.WARM)] * count
-    fleet = store.run_blocking(runners.add, "corral", intents, now=UP)
-    for target, reason in (
-        (RunnerState.CREATING, Reason.CREATE_REQUESTED),
-        (RunnerState.BOOTING, Reason.SERVER_CREATED),
-        (RunnerState.IDLE, Reason.CAME_ONLINE),
-    ):
-        moved = store.run_blocking(runners.apply, [Transition(runner, target, reason) for runner in fleet], now=UP)
-        fleet = [runner for runner in moved if runner is not None]
-    return fleet
 
 
 def server(runner: Runner, status: str = "ACTIVE") -> CloudServer:
@@ -94,7 +81,7 @@ def judged() -> float:
 
 
 def test_a_pass_judges_only_the_runners_whose_row_server_or_registration_changed(store: Store) -> None:
-    a, b, c, d = idle_fleet(store, 4)
+    a, b, c, d = idle_runners(store, 4)
     passes = Pass(store, running())
     servers = {runner.id: server(runner) for runner in (a, b, c, d)}
     registered = {runner.id: registration(runner) for runner in (a, b, c, d)}
@@ -134,7 +121,7 @@ def test_a_pass_judges_only_the_runners_whose_row_server_or_registration_changed
 
 
 def test_a_look_that_skipped_a_generation_or_listed_other_clouds_judges_every_runner(store: Store) -> None:
-    fleet = idle_fleet(store, 3)
+    fleet = idle_runners(store, 3)
     passes = Pass(store, running())
     servers = [server(runner) for runner in fleet]
     registered = [registration(runner) for runner in fleet]
@@ -149,7 +136,7 @@ def test_a_look_that_skipped_a_generation_or_listed_other_clouds_judges_every_ru
 
 
 def test_a_new_configuration_judges_every_runner_again(store: Store) -> None:
-    fleet = idle_fleet(store, 2)
+    fleet = idle_runners(store, 2)
     judge_running = running()
     passes = Pass(store, judge_running)
     passes.look(1, [server(runner) for runner in fleet], [registration(runner) for runner in fleet])

@@ -15,8 +15,8 @@ from corral.store.runners import NewRunner, RunnerAndJob
 AT = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 
 
-def warm(store: Store, count: int) -> list[Runner]:
-    """`count` of pool small's runners, idle."""
+def idle_runners(store: Store, count: int) -> list[Runner]:
+    """`count` of pool small's runners, idle, registered at org:octo-org."""
     intents = [NewRunner(pool="small", scope="org:octo-org", labels=("linux",), reason=Reason.WARM)] * count
     made = store.run_blocking(runners.add, "corral", intents, now=AT)
     for target, reason in (
@@ -38,7 +38,7 @@ def read(store: Store, known: KnownRunners, *, deleting: bool = True) -> tuple[l
 
 
 def test_a_pass_rereads_only_the_runners_that_moved_took_a_job_or_got_a_note(store: Store) -> None:
-    fleet = warm(store, 6)
+    fleet = idle_runners(store, 6)
     known = KnownRunners()
     first, statements = read(store, known)
     assert first == store.run_blocking(runners.live_of_pool, "small")
@@ -70,7 +70,7 @@ def test_a_pass_rereads_only_the_runners_that_moved_took_a_job_or_got_a_note(sto
 
 
 def test_a_read_without_the_runners_being_deleted_keeps_them_for_the_next_full_read(store: Store) -> None:
-    warmed, finishing, idle = warm(store, 3)
+    warmed, finishing, idle = idle_runners(store, 3)
     [deleting] = store.run_blocking(runners.apply, [Transition(warmed, RunnerState.DELETING, Reason.CLEANUP)], now=AT)
     assert deleting is not None
     known = KnownRunners()
@@ -94,7 +94,7 @@ def test_a_read_without_the_runners_being_deleted_keeps_them_for_the_next_full_r
 
 
 def test_a_runner_being_deleted_kept_through_a_partial_read_is_not_read_again(store: Store) -> None:
-    [runner] = warm(store, 1)
+    [runner] = idle_runners(store, 1)
     store.run_blocking(runners.apply, [Transition(runner, RunnerState.DELETING, Reason.CLEANUP)], now=AT)
     known = KnownRunners()
     [first], _ = read(store, known)
