@@ -145,6 +145,11 @@ def quiet_corral(
     return corral
 
 
+def runners_judged(pool: str) -> float:
+    """`corral_runners_judged_total` of `pool` so far, in this process (the tests' corral runs in it)."""
+    return REGISTRY.get_sample_value("corral_runners_judged_total", {"pool": pool}) or 0.0
+
+
 def measured_pass(corral: LocalCorral, control: httpx.Client) -> tuple[StatementCounter, dict[str, dict[str, int]]]:
     """One look and the pass after it, with the statements and calls they cost."""
     counter = StatementCounter(corral.service.store.engine)
@@ -215,9 +220,15 @@ def test_a_pass_over_idle_runners_grows_only_by_pages(
         provider = corral.service.cloud.provider(corral.service.config.default_cloud)
         assert isinstance(provider, OpenStackProvider)
         provider.listing.incremental = False
+        judged_before = runners_judged("small")
         counter, calls = measured_pass(corral, control)
+        judged = runners_judged("small") - judged_before
     finally:
         corral.stop()
+    # The runners were judged to stay on the look before, and this look saw nothing of them change (the full
+    # listing's servers are equal to those listed before, the registrations' pages answered 304): no runner is
+    # judged again (`judge.Staying`), and one statement reads them all (`store.known_runners`).
+    assert judged == 0
     assert calls == {
         "openstack": {
             **LOOK_CALLS["openstack"],
