@@ -92,7 +92,7 @@ class PoolReconciler:
         # Runners being deleted only change with a new look at the far ends: read them on the pass after one.
         generation = observation.generation if observation is not None else 0
         full = self._looked_at.get(name) != generation
-        known = self._known.setdefault(name, KnownRunners())
+        known = self._known.get(name) or self._known.setdefault(name, KnownRunners())
         rows = await self.store.run(known_runners.live_of_pool, name, known, deleting=full)
         if not rows and pool is None and full:
             await self.status.forget(name)
