@@ -5,11 +5,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -17,8 +19,32 @@ from corral_sandbox.local import corral_config, pool_spec, sandbox_environment
 from corral_sandbox.server import Sandbox
 from tests.waiting import wait_until
 
-STARTUP_GUARD_S = 60.0
-"""How long a `corral serve` start may take before the test calls it hung."""
+STALL_S = 30.0
+"""A starting `corral serve` that uses no CPU for this long is hung (a deadlock, a wait on what never answers)."""
+START_LIMIT_S = 240.0
+"""One still burning CPU this long is stuck in a loop (below pytest-timeout's 300 s, so the log is shown)."""
+
+
+class StartWatch:
+    """Whether a starting process still makes progress: its CPU time grew within the last `STALL_S`. How fast it
+    starts is not what these tests assert, and on two cores under the suite's load a healthy start (imports,
+    migrations, the first look and pass) took over 30 s twice in CI (2026-12-06): a start fails the test when
+    it stops making progress, whatever the machine's speed, not when it is slow."""
+
+    def __init__(self, pid: int) -> None:
+        self._process = psutil.Process(pid)
+        self._cpu_s = -1.0
+        self._moved_at = time.monotonic()
+
+    def stalled(self) -> bool:
+        try:
+            times = self._process.cpu_times()
+        except psutil.NoSuchProcess:
+            return False  # it exited: the caller sees that
+        cpu_s, now = times.user + times.system, time.monotonic()
+        if cpu_s > self._cpu_s:
+            self._cpu_s, self._moved_at = cpu_s, now
+        return now - self._moved_at > STALL_S
 
 
 class CorralProcess:
@@ -53,12 +79,16 @@ class CorralProcess:
         )
         process = self.process
         try:
-            # How fast a process starts is not what these tests assert, and on two cores under the suite's load
-            # a start (imports, migrations, the first look and pass) took over 30 s twice in CI (2026-12-06):
-            # the wait lasts as long as bench/support.start_corral's, and a hang is still caught.
-            wait_until(
-                lambda: self._ready() or process.poll() is not None, timeout=STARTUP_GUARD_S, what="corral serve ready"
-            )
+            watch = StartWatch(process.pid)
+
+            def started() -> bool:
+                if self._ready() or process.poll() is not None:
+                    return True
+                if watch.stalled():
+                    raise AssertionError(f"corral serve made no progress (no CPU) for {STALL_S:.0f}s while starting")
+                return False
+
+            wait_until(started, timeout=START_LIMIT_S, what="corral serve ready")
         except AssertionError as timed_out:
             raise AssertionError(f"{timed_out}\ncorral serve's log ends:\n{self.log()[-3000:]}") from None
         assert process.poll() is None, (
