@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, Select, Text, bindparam, cast, select
+from sqlalchemy import Connection, Select, Text, cast
 
 from corral.model import RunnerState
 from corral.store import runners
-from corral.store.runners import LIVE, UNDELETED, RunnerAndJob
+from corral.store.runners import RunnerAndJob
 from corral.store.schema import JOBS, RUNNERS
 
 Fingerprint = tuple[Any, ...]
@@ -40,20 +40,16 @@ class KnownRunners:
 
 @functools.cache
 def _fingerprints(deleting: bool) -> Select[Any]:
-    return (
-        select(
-            RUNNERS.c.id,
-            RUNNERS.c.state,
-            RUNNERS.c.message,
-            JOBS.c.id,
-            JOBS.c.status,
-            JOBS.c.runners_started,
-            cast(JOBS.c.started_at, Text),  # compared, never parsed
-        )
-        .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
-        .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
-        .order_by(RUNNERS.c.created_at, RUNNERS.c.id, JOBS.c.id)
+    columns = (
+        RUNNERS.c.id,
+        RUNNERS.c.state,
+        RUNNERS.c.message,
+        JOBS.c.id,
+        JOBS.c.status,
+        JOBS.c.runners_started,
+        cast(JOBS.c.started_at, Text),  # compared, never parsed
     )
+    return runners.of_pool_with_jobs(columns, deleting)
 
 
 def live_of_pool(

@@ -378,16 +378,23 @@ class RunnerAndJob:
 UNDELETED = [state for state in LIVE if state != RunnerState.DELETING.value]
 
 
+def of_pool_with_jobs(columns: Sequence[Any], deleting: bool) -> Select[Any]:
+    """`columns` of the pool's (`pool` parameter) live runners, each with the jobs naming it, oldest first;
+    `deleting=False` leaves out runners being deleted. What the pass reads, whole or by fingerprint
+    (`store.known_runners`)."""
+    return (
+        select(*columns)
+        .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
+        .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
+        .order_by(RUNNERS.c.created_at, RUNNERS.c.id, JOBS.c.id)
+    )
+
+
 @functools.cache
 def _live_of_pool_query(deleting: bool, by_id: bool = False) -> Select[Any]:
     """Built once per variant: a statement is costlier to build than to run (the pool is a bound parameter).
     `by_id`: only the runners named by the `ids` parameter."""
-    query = (
-        select(*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started, JOBS.c.started_at)
-        .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
-        .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
-        .order_by(RUNNERS.c.created_at, RUNNERS.c.id)
-    )
+    query = of_pool_with_jobs((*COLUMNS, JOBS.c.id, JOBS.c.status, JOBS.c.runners_started, JOBS.c.started_at), deleting)
     return query.where(RUNNERS.c.id.in_(bindparam("ids", expanding=True))) if by_id else query
 
 
