@@ -133,13 +133,13 @@ class RunnerJudge:
         by_id = {row.runner.id: row for row in rows}
         current = {row.runner.id: row.runner for row in rows}
         # Runners judged to stay against the look before, or this one, that nothing changed for since.
-        pool = rows[0].runner.pool if rows and observation is not None else None
-        earlier = self._staying.get(pool) if pool is not None else None
+        pool = rows[0].runner.pool if rows else None
+        earlier = self._staying.get(pool) if pool is not None and observation is not None else None
         still = earlier.still(by_id, observation, config) if earlier is not None and observation is not None else set()
         stays = Staying(observation, config) if pool is not None and observation is not None else None
         pending = [runner_id for runner_id in current if runner_id not in still]
-        if rows:
-            RUNNERS_JUDGED.labels(rows[0].runner.pool).inc(len(pending))
+        if pool is not None:
+            RUNNERS_JUDGED.labels(pool).inc(len(pending))
         for step in range(MAX_STEPS_PER_PASS):
             transitions = []
             for runner_id in pending:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 
 from corral.engine.cleaner import Cleaner
 from corral.engine.judge import RunnerJudge
@@ -66,7 +66,7 @@ class PoolReconciler:
         """The observation each pool's last full pass (deleting runners included) judged against."""
         self._deleting: dict[str, int] = {}
         """Runners being deleted per pool, as of that pass."""
-        self._known: dict[str, KnownRunners] = {}
+        self._known: defaultdict[str, KnownRunners] = defaultdict(KnownRunners)
         """Each pool's runners as its last pass read them: a pass reads in full only those that changed."""
 
     async def reconcile_pool(self, name: str) -> float | None:
@@ -92,8 +92,7 @@ class PoolReconciler:
         # Runners being deleted only change with a new look at the far ends: read them on the pass after one.
         generation = observation.generation if observation is not None else 0
         full = self._looked_at.get(name) != generation
-        known = self._known.get(name) or self._known.setdefault(name, KnownRunners())
-        rows = await self.store.run(known_runners.live_of_pool, name, known, deleting=full)
+        rows = await self.store.run(known_runners.live_of_pool, name, self._known[name], deleting=full)
         if not rows and pool is None and full:
             await self.status.forget(name)
             self._looked_at.pop(name, None)
