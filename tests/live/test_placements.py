@@ -49,7 +49,11 @@ def test_a_pool_whose_first_placement_the_cloud_cannot_serve_keeps_its_runners_i
             runners = api.get("/api/v1/runners", params={"include_deleted": True}).json()
             (shown,) = api.get("/api/v1/pools").json()
         assert {runner["cloud"] for runner in runners} == {"second"}
-        assert not [r for r in runners if r["message"]], "no create was sent to the placement the cloud cannot serve"
+        # A runner's cloud is chosen before its create is sent, so the cloud set above is what was sent where.
+        # A warm server may still outlive bootstrap_timeout on a loaded cloud (its replacement is the design);
+        # any other message is a failure worth seeing.
+        unexpected = [r["message"] for r in runners if r["message"] and "bootstrap_timeout" not in r["message"]]
+        assert not unexpected, "a runner failed for another reason than a slow boot"
         assert shown["ready"], "a pool is ready while one of its placements is"
 
         document["pools"]["live"]["min_idle"] = 0
