@@ -134,9 +134,13 @@ class RunnerJudge:
         current = {row.runner.id: row.runner for row in rows}
         # Runners judged to stay against the look before, or this one, that nothing changed for since.
         pool = rows[0].runner.pool if rows else None
-        earlier = self._staying.get(pool) if pool is not None and observation is not None else None
-        still = earlier.still(by_id, observation, config) if earlier is not None and observation is not None else set()
-        stays = Staying(observation, config) if pool is not None and observation is not None else None
+        earlier: Staying | None = None
+        still: set[str] = set()
+        stays: Staying | None = None
+        if pool is not None and observation is not None:
+            earlier = self._staying.get(pool)
+            still = earlier.still(by_id, observation, config) if earlier is not None else set()
+            stays = Staying(observation, config)
         pending = [runner_id for runner_id in current if runner_id not in still]
         if pool is not None:
             RUNNERS_JUDGED.labels(pool).inc(len(pending))
