@@ -14,11 +14,11 @@
 #                   ministack is still stopped
 #   LIVE_SKIP_INSTALL=1  do not run scripts/install.sh (corral's .venv is ready and in use)
 #   LIVE_DRY_RUN=1  only resolve and check the paths above, print them and exit: installs and starts nothing
-#   LIVE_PHASE      all (default): install, start, test, stop. CI splits it in two, so that ministack's
-#                   install and start (~1-3 min, mostly waiting) overlap the main suite's install and lint:
-#                   `start` installs and starts ministack, notes where in $MINISTACK_HOME/corral-live.started
-#                   and leaves it running; `test` runs the live tests against that one and stops it;
-#                   `stop` stops such a one if the test phase never came (CI's exit trap).
+#   LIVE_PHASE      all (default): install, start, test, stop (CI runs it so, beside the main suite). To
+#                   keep one ministack across several test runs: `start` installs and starts ministack, notes
+#                   where in $MINISTACK_HOME/corral-live.started and leaves it running; `test` runs the live
+#                   tests against that one and stops it; `stop` stops one that is still running (CI's exit
+#                   trap, when a failure ended the run before the live suite's own stop).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
@@ -86,8 +86,8 @@ if ! ministack_installed; then
   echo "[live] installing ministack into $VENV"
   MINISTACK_VENV="$VENV" bash "$MINISTACK_DIR/install.sh"
 fi
-# The start phase leaves corral's .venv alone; LIVE_SKIP_INSTALL=1 (CI, which installed it first) skips it in
-# the test phase too, which runs beside the main suite there.
+# The start phase leaves corral's .venv alone; LIVE_SKIP_INSTALL=1 (CI, which installed it first and runs the
+# main suite from it meanwhile) skips it in the other phases too.
 [ "$LIVE_PHASE" = start ] || [ "${LIVE_SKIP_INSTALL:-0}" = 1 ] || bash scripts/install.sh
 phase install "$t"
 
