@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from corral.model import Delivery, DeliveryOutcome, IntakeResult, Job, JobState, JobUpdate, QueuedJob, RunnerState
 from corral.store.leases import notify_wake
-from corral.store.schema import DELIVERIES, JOBS, RUNNERS
+from corral.store.schema import DELIVERIES, JOBS, RUNNERS, one_of
 
 COLUMNS = (
     JOBS.c.id,
@@ -363,12 +363,12 @@ def _unfinished_without_runner_query() -> Select[Any]:
     live = [RunnerState.BOOTING.value, RunnerState.IDLE.value, RunnerState.BUSY.value]
     ended = [state.value for state in ENDED_RUNNER_STATES]
     own = RUNNERS.c.name == JOBS.c.runner_name
-    running = select(RUNNERS.c.id).where(own, RUNNERS.c.state.in_(live)).exists()
+    running = select(RUNNERS.c.id).where(own, one_of(RUNNERS.c.state, live)).exists()
     unasked_since_it_ended = (
         select(RUNNERS.c.id)
         .where(
             own,
-            RUNNERS.c.state.in_(ended),
+            one_of(RUNNERS.c.state, ended),
             JOBS.c.checked_at.is_(None) | (JOBS.c.checked_at < RUNNERS.c.state_changed_at),
         )
         .exists()

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, false, func, select, text, true
 
 from corral.model import RunnerState
-from corral.store.schema import POOL_STATUS, RUNNERS
+from corral.store.schema import POOL_STATUS, RUNNERS, one_of
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
 QUOTA_LOCK_KEY = 0x636F7271  # the project's quota, one advisory lock for all pools
@@ -54,7 +54,7 @@ def made_since(
             RUNNERS.c.pool.in_(list(pools)),
             RUNNERS.c.state != RunnerState.DELETED.value,
             (RUNNERS.c.cloud == cloud) | (RUNNERS.c.cloud.is_(None) if or_unrecorded else false()),
-            RUNNERS.c.state.in_(IN_FLIGHT) | RUNNERS.c.id.in_(booted_since),
+            one_of(RUNNERS.c.state, IN_FLIGHT) | RUNNERS.c.id.in_(booted_since),
             RUNNERS.c.id.not_in(list(excluding)) if excluding else true(),
         )
         .group_by(RUNNERS.c.pool)

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, func, select, update
 
 from corral.model import Job
 from corral.store.jobs import COLUMNS, to_job
-from corral.store.schema import JOBS
+from corral.store.schema import JOBS, one_of
 
 REQUESTED = "requested"
 REQUESTING = "requesting"
@@ -36,7 +36,7 @@ def reruns_of(connection: Connection, job: Job) -> int:
     """How many times corral has re-run this job: its attempts' rows (same run, same name) it asked for."""
     query = select(func.count()).where(
         JOBS.c.run_id == job.run_id,
-        JOBS.c.rerun.in_((REQUESTED, REQUESTING)),
+        one_of(JOBS.c.rerun, (REQUESTED, REQUESTING)),
     )
     if job.name is not None:
         query = query.where(JOBS.c.name == job.name)

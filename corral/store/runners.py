@@ -45,7 +45,7 @@ from corral.model import (
 )
 from corral.store import leases
 from corral.store.leases import Fence
-from corral.store.schema import JOBS, RUNNERS, UTCDateTime
+from corral.store.schema import JOBS, RUNNERS, UTCDateTime, one_of
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
 COLUMNS = (
@@ -205,7 +205,9 @@ def add(
 
 
 _HELD_IN_POOL = (
-    select(func.count()).select_from(RUNNERS).where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(CAPACITY))
+    select(func.count())
+    .select_from(RUNNERS)
+    .where(RUNNERS.c.pool == bindparam("pool"), one_of(RUNNERS.c.state, CAPACITY))
 )
 
 
@@ -385,7 +387,7 @@ def of_pool_with_jobs(columns: Sequence[Any], deleting: bool) -> Select[Any]:
     return (
         select(*columns)
         .select_from(RUNNERS.outerjoin(JOBS, JOBS.c.runner_name == RUNNERS.c.name))
-        .where(RUNNERS.c.pool == bindparam("pool"), RUNNERS.c.state.in_(LIVE if deleting else UNDELETED))
+        .where(RUNNERS.c.pool == bindparam("pool"), one_of(RUNNERS.c.state, LIVE if deleting else UNDELETED))
         .order_by(RUNNERS.c.created_at, RUNNERS.c.id, JOBS.c.id)
     )
 
@@ -438,7 +440,9 @@ def listing(
     return [to_runner(row) for row in connection.execute(query)]
 
 
-_LIVE_IDS = select(RUNNERS.c.id).where(RUNNERS.c.id.in_(bindparam("ids", expanding=True)), RUNNERS.c.state.in_(LIVE))
+_LIVE_IDS = select(RUNNERS.c.id).where(
+    RUNNERS.c.id.in_(bindparam("ids", expanding=True)), one_of(RUNNERS.c.state, LIVE)
+)
 _DELETED_NAMED = select(*COLUMNS).where(
     RUNNERS.c.name.in_(bindparam("names", expanding=True)), RUNNERS.c.state == RunnerState.DELETED.value
 )
@@ -511,7 +515,7 @@ def counts(connection: Connection) -> Counter[tuple[str, RunnerState]]:
     """Live runners by pool and state."""
     query = (
         select(RUNNERS.c.pool, RUNNERS.c.state, func.count())
-        .where(RUNNERS.c.state.in_(LIVE))
+        .where(one_of(RUNNERS.c.state, LIVE))
         .group_by(RUNNERS.c.pool, RUNNERS.c.state)
     )
     return Counter({(pool, RunnerState(state)): count for pool, state, count in connection.execute(query)})
@@ -532,9 +536,9 @@ def jobs_succeeded_on(connection: Connection, pool: str, image_id: str, since: d
     return int(connection.execute(query).scalar_one())
 
 
-_LIVE_POOLS = select(RUNNERS.c.pool).where(RUNNERS.c.state.in_(LIVE)).distinct()
-_LIVE_CLOUDS = select(RUNNERS.c.cloud).where(RUNNERS.c.state.in_(LIVE)).distinct()
-_LIVE_SCOPES = select(RUNNERS.c.scope).where(RUNNERS.c.state.in_(LIVE)).distinct()
+_LIVE_POOLS = select(RUNNERS.c.pool).where(one_of(RUNNERS.c.state, LIVE)).distinct()
+_LIVE_CLOUDS = select(RUNNERS.c.cloud).where(one_of(RUNNERS.c.state, LIVE)).distinct()
+_LIVE_SCOPES = select(RUNNERS.c.scope).where(one_of(RUNNERS.c.state, LIVE)).distinct()
 
 
 def live_pools(connection: Connection) -> set[str]:

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, and_, func, or_, select, tuple_
 from corral.model import Job, JobState, PoolStatus, Runner, RunnerEvent, RunnerState
 from corral.store import jobs, pools, scaleset_jobs
 from corral.store.runners import CAPACITY, COLUMNS, events_of, to_runner
-from corral.store.schema import JOBS, RUNNERS
+from corral.store.schema import JOBS, RUNNERS, one_of
 from corral.store.schema import RUNNER_EVENTS as EVENTS
 
 
@@ -73,7 +73,7 @@ def _with_runners(connection: Connection, found: list[Job], *, started_for: bool
 
 def pool_facts(connection: Connection, job: Job, pool: str) -> PoolFacts:
     """What of `pool` can hold a queued job back (the job's own pool, or the scale set it asks for)."""
-    in_pool = and_(RUNNERS.c.pool == pool, RUNNERS.c.state.in_(CAPACITY))
+    in_pool = and_(RUNNERS.c.pool == pool, one_of(RUNNERS.c.state, CAPACITY))
     count = select(func.count()).select_from(RUNNERS)
     failed = (
         select(EVENTS.c.message)
