@@ -23,9 +23,11 @@ from sqlalchemy import Engine, event
 class StatementCounter:
     """Statements sent through `engine` while counting, by kind (`SELECT jobs`, `UPDATE runners`, ...).
 
-    The store runs queries in threads of its own, hence the lock."""
+    The store runs queries in threads of its own, hence the lock. `engine` may be the `Engine` class itself:
+    then every engine's statements count, those of an engine made inside the code under test too (a simulation's
+    own store)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine | type[Engine]) -> None:
         self._engine = engine
         self._lock = threading.Lock()
         self.kinds: Counter[str] = Counter()
