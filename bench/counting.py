@@ -23,12 +23,15 @@ from sqlalchemy import Engine, event
 class StatementCounter:
     """Statements sent through `engine` while counting, by kind (`SELECT jobs`, `UPDATE runners`, ...).
 
-    The store runs queries in threads of its own, hence the lock. `engine` may be the `Engine` class itself:
-    then every engine's statements count, those of an engine made inside the code under test too (a simulation's
-    own store)."""
+    The store runs queries in threads of its own, hence the lock. `engine` may be the `Engine` class itself, to
+    count the statements of an engine made inside the code under test (a simulation's own store, which runs its
+    queries inline): then only those sent from the thread that counts, so that whatever else the process still
+    runs (another test's corral, in the same worker) is not counted with them."""
 
     def __init__(self, engine: Engine | type[Engine]) -> None:
         self._engine = engine
+        self._thread: int | None = None
+        """The thread that counts, when counting on the class."""
         self._lock = threading.Lock()
         self.kinds: Counter[str] = Counter()
         self.texts: list[str] = []
@@ -38,6 +41,8 @@ class StatementCounter:
         return sum(self.kinds.values())
 
     def _heard(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if self._thread is not None and threading.get_ident() != self._thread:
+            return
         with self._lock:
             self.kinds[statement_kind(statement)] += 1
             self.texts.append(statement)
@@ -48,6 +53,7 @@ class StatementCounter:
         with self._lock:
             self.kinds.clear()
             self.texts.clear()
+        self._thread = threading.get_ident() if isinstance(self._engine, type) else None
         event.listen(self._engine, "before_cursor_execute", self._heard)
         try:
             yield self
