@@ -137,8 +137,9 @@ def test_a_spent_github_rate_limit_says_until_when(
 def test_a_booting_runner_is_named_then_the_timeline_tells_the_whole_way(
     sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The server is ACTIVE after a second; its runner comes online three seconds later.
-    control.put("/timings", json={"boot_delay": 1.0, "register_delay": 3.0}).raise_for_status()
+    # The server is ACTIVE after a second; its runner starts only when the test says so (`/runners/start`),
+    # so the window in which it boots on an ACTIVE server stays open until corral has been seen naming it.
+    control.put("/timings", json={"boot_delay": 1.0, "register_delay": 3600.0}).raise_for_status()
     corral = start_corral({"small": pool_spec(["small"])}, default_pool="small")
     job_id = queue_job(control, ["small"])
     sentence = blocked_by(corral, job_id, WaitCode.RUNNER_BOOTING)
@@ -149,6 +150,7 @@ def test_a_booting_runner_is_named_then_the_timeline_tells_the_whole_way(
         return reason is not None and "server ACTIVE" in reason["sentence"]
 
     converge(corral, booting_on_an_active_server, "the runner booting in an ACTIVE server")
+    assert control.post("/runners/start").json() == {"started": 1}
     wait_until(lambda: completed(control, job_id), timeout=30, what="the job served")
     converge(corral, lambda: story(corral, job_id)["status"] == "completed", "corral knows it completed")
     told = story(corral, job_id)

@@ -164,6 +164,11 @@ def build_control_router(world: World) -> APIRouter:
             setattr(world.timings, name, value)
         return vars(world.timings)
 
+    @router.post("/runners/start")
+    async def start_runners() -> dict[str, Any]:
+        """Guests within `register_delay` start their runners now (ends a window a test held open)."""
+        return {"started": world.start_runners_now()}
+
     @router.put("/webhook")
     async def put_webhook(body: WebhookRequest) -> dict[str, Any]:
         if "secret" in body.model_fields_set:

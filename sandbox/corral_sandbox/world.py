@@ -109,6 +109,8 @@ class World:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._server_of_runner: dict[int, str] = {}
         self._runner_of_server: dict[str, int] = {}
+        self._starting: dict[int, str] = {}
+        """Runners whose guest is ACTIVE but has not started them yet (within `register_delay`)."""
         self.cloud = CloudState(self, url=self.openstack_url)
         """The first cloud: what a client of one cloud talks to."""
         self.clouds = {self.cloud.name: self.cloud}
@@ -163,17 +165,32 @@ class World:
             return
         self._server_of_runner[runner_id] = server_id
         self._runner_of_server[server_id] = runner_id
+        self._starting[runner_id] = server_id
         self.call_later(self.timings.register_delay, self._connect, runner_id, server_id)
 
     def _connect(self, runner_id: int, server_id: str) -> None:
+        if self._starting.get(runner_id) != server_id:
+            return  # started early (`start_runners_now`), or its server is gone
+        del self._starting[runner_id]
         if self._runner_of_server.get(server_id) == runner_id:
             self.github.connect_runner(runner_id)
+
+    def start_runners_now(self) -> int:
+        """Every guest still within `register_delay` starts its runner now; returns how many did.
+
+        A test that must see the window between a server's ACTIVE and its runner online sets a long
+        `register_delay`, observes, then closes the window with this: no race against the clock."""
+        starting = list(self._starting.items())
+        for runner_id, server_id in starting:
+            self._connect(runner_id, server_id)
+        return len(starting)
 
     def server_gone(self, server_id: str) -> None:
         """Called by the cloud when a server is deleted or fails: its runner loses its machine."""
         runner_id = self._runner_of_server.pop(server_id, None)
         if runner_id is not None:
             self._server_of_runner.pop(runner_id, None)
+            self._starting.pop(runner_id, None)
             self.github.disconnect_runner(runner_id)
 
     def server_of_runner(self, runner_id: int) -> str | None:
@@ -201,6 +218,7 @@ class World:
         self.stats.reset()
         self._server_of_runner.clear()
         self._runner_of_server.clear()
+        self._starting.clear()
         for cloud in self.clouds.values():
             cloud.reset()
         self.github.reset()
