@@ -10,6 +10,7 @@ the least over the resources it uses; the resources at that least are what limit
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -45,19 +46,27 @@ class Headroom:
         )
 
     def less(self, costs: Iterable[tuple[ServerCost, int]]) -> Headroom:
-        """What is left once `count` servers of each `cost` are taken (never below zero)."""
-        costs = list(costs)
-        taken = {f.name: sum(getattr(cost, f.name) * count for cost, count in costs) for f in fields(self)}
-        return Headroom(
-            **{
-                f.name: None if (value := getattr(self, f.name)) is None else max(0, value - taken[f.name])
-                for f in fields(self)
-            }
-        )
+        """What is left once `count` servers of each `cost` are taken (never below zero).
+
+        Costs are summed by kind first: a pool's hundreds of in-flight reservations share one cost, so a
+        claim adds up one cost per pool, not six fields per reservation."""
+        counted: Counter[ServerCost] = Counter()
+        for cost, count in costs:
+            counted[cost] += count
+        left = {}
+        for name in HEADROOM_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                value = max(0, value - sum(getattr(cost, name) * count for cost, count in counted.items()))
+            left[name] = value
+        return Headroom(**left)
 
     def limited(self) -> dict[str, int]:
         """The resources that have a limit, by name, with what is left of each."""
-        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+        return {name: value for name in HEADROOM_FIELDS if (value := getattr(self, name)) is not None}
+
+
+HEADROOM_FIELDS = tuple(f.name for f in fields(Headroom))
 
 
 @dataclass(frozen=True)

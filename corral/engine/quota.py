@@ -21,6 +21,7 @@ before (`quota_retry`).
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -111,7 +112,8 @@ class QuotaBudget:
         for a pool of priority `below`, less what waiting pools of higher priority need."""
         if self._headroom is None:
             return None
-        costs = [(held.cost, 1) for key, held in self._reserved.items() if key not in excluding]
+        reserved = Counter(held.cost for key, held in self._reserved.items() if key not in excluding)
+        costs = list(reserved.items())
         if below is not None:
             costs += [(wait.cost, wait.count) for wait in self._all_waiting().values() if wait.priority > below]
         return self._headroom.less(costs)
