@@ -10,6 +10,7 @@ endpoint (`GET /_sandbox/stats`), so they include every retry and every page.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -61,6 +62,7 @@ class StatementCounter:
             event.remove(self._engine, "before_cursor_execute", self._heard)
 
 
+@functools.lru_cache(maxsize=4096)
 def statement_kind(statement: str) -> str:
     """`VERB table`: the verb and the first table it names, enough to tell one statement of a pass from
     another in an assertion's message (`SELECT runners`, `INSERT deliveries`, `UPDATE jobs`)."""
