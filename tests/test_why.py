@@ -146,10 +146,14 @@ def test_a_booting_runner_is_named_then_the_timeline_tells_the_whole_way(
     assert "waiting for its runner corral-small-" in sentence
 
     def booting_on_an_active_server() -> bool:
-        reason = waiting(corral, job_id)
-        return reason is not None and "server ACTIVE" in reason["sentence"]
+        """The wait names the ACTIVE server (the last look's word) and the timeline holds that step (the pass
+        after it writes it): only then may the runner start, or its job could start before the step is noted."""
+        told = story(corral, job_id)
+        reason = told["waiting"]
+        noted = any(entry["event"] == "server_active" for entry in told["timeline"])
+        return reason is not None and "server ACTIVE" in reason["sentence"] and noted
 
-    converge(corral, booting_on_an_active_server, "the runner booting in an ACTIVE server")
+    converge(corral, booting_on_an_active_server, "the runner booting in an ACTIVE server, the step noted")
     assert control.post("/runners/start").json() == {"started": 1}
     wait_until(lambda: completed(control, job_id), timeout=30, what="the job served")
     converge(corral, lambda: story(corral, job_id)["status"] == "completed", "corral knows it completed")

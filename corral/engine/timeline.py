@@ -31,6 +31,17 @@ RUNNER_STEPS = {
 }
 """Each runner move as a timeline step: its event name and what it says."""
 SERVER_ACTIVE = ("server_active", "runner {name}: server ACTIVE, the runner starting in it")
+GITHUB_SECOND = timedelta(seconds=1)
+"""GitHub stamps a job's steps to the whole second (`started_at`, `completed_at`); corral's own, finer."""
+_BOOT_STEPS = frozenset(
+    {"received", "matched", "unmatched", "runner_requested", "create_requested", "server_created", "server_active"}
+)
+AFTER_WITHIN_ITS_SECOND = {
+    "started": _BOOT_STEPS | {"runner_online"},
+    "completed": _BOOT_STEPS | {"runner_online", "started", "runner_busy"},
+}
+"""For each step GitHub stamps, corral's steps that must come before it when both fall in its second: a job
+starts on a runner that is online, so `started` at 12:00:07 follows a runner online at 12:00:07.6."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,25 @@ def timeline(job: Job, runners: list[Runner], events: list[RunnerEvent]) -> list
     if job.completed_at is not None:
         entries.append(TimelineEntry(job.completed_at, "completed", f"completed: {job.conclusion or 'unknown'}"))
     entries.extend(_lost(job))
-    return sorted(entries, key=lambda entry: entry.at)
+    return _in_time_order(entries)
+
+
+def _in_time_order(entries: list[TimelineEntry]) -> list[TimelineEntry]:
+    """`entries` by time, the job's own steps first on a tie; a step GitHub stamped to the second is placed
+    after the steps of that second which must precede it (`AFTER_WITHIN_ITS_SECOND`), not before them because
+    its time lost its fraction."""
+
+    def key(entry: TimelineEntry) -> tuple[datetime, int]:
+        before = AFTER_WITHIN_ITS_SECOND.get(entry.event)
+        if before is None:
+            return entry.at, 0
+        end = entry.at + GITHUB_SECOND
+        latest = max(
+            (other.at for other in entries if other.event in before and entry.at <= other.at < end), default=None
+        )
+        return (entry.at, 0) if latest is None else (latest, 1)
+
+    return sorted(entries, key=key)
 
 
 def _lost(job: Job) -> list[TimelineEntry]:

@@ -183,3 +183,25 @@ def test_a_scale_set_registers_its_name_first_then_its_labels_each_once_ignoring
         | settings
     )
     assert scale_set_labels(name, pool) == labels
+
+
+def test_a_step_github_stamped_to_the_second_follows_what_must_precede_it_within_that_second() -> None:
+    """GitHub stamps `started_at` and `completed_at` to the second: a job started at 47 s on a runner whose
+    server corral saw ACTIVE at 47.3 s and online at 47.6 s started after both, and completed after its
+    runner was noted busy at 47.8 s; a step of the next second stays after it."""
+    fast = job(started_at=at(47), completed_at=at(47), runner_name="corral-small-1", conclusion="success")
+    events = [
+        moved("corral-small-1", RunnerState.BOOTING, 47.3, Reason.SERVER_ACTIVE),
+        moved("corral-small-1", RunnerState.IDLE, 47.6),
+        moved("corral-small-1", RunnerState.BUSY, 47.8),
+        moved("corral-small-1", RunnerState.FINISHED, 48.2, Reason.JOB_DONE),
+    ]
+    steps = timeline(fast, [runner("corral-small-1")], events)
+    assert [(step.event, (step.at - T0).total_seconds()) for step in steps[2:]] == [
+        ("server_active", 47.3),
+        ("runner_online", 47.6),
+        ("started", 47.0),
+        ("runner_busy", 47.8),
+        ("completed", 47.0),
+        ("runner_finished", 48.2),
+    ]
