@@ -50,6 +50,7 @@ from corral.cloud.provider import (
     ServerSpec,
 )
 from corral.cloud.quota import Headroom, ServerCost, ports_per_server
+from corral.cloud.raw_service import RawService
 from corral.cloud.sdk_logs import keep_bodies_out_of_logs
 from corral.cloud.server_listing import ServerListing, nova_time
 from corral.images import ImageRef, not_found
@@ -257,6 +258,7 @@ class OpenStackProvider:
         self._lock = threading.Lock()
         self._tags: bool | None = None
         self._microversion: str | None = None
+        self._raw: dict[str, RawService] = {}
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -348,10 +350,10 @@ class OpenStackProvider:
             limits: dict[str, Any] = response.json()["limits"]["absolute"]
             return limits
 
-        compute = self._idempotent("read compute limits", lambda: absolute(self.connection.compute))
-        volume = (
-            self._idempotent("read volume limits", lambda: absolute(self.connection.block_storage)) if volumes else None
-        )
+        compute = self._idempotent("read compute limits", lambda: absolute(self._service("compute")))
+        volume = None
+        if volumes:
+            volume = self._idempotent("read volume limits", lambda: absolute(self._service("block_storage")))
         return Headroom.of(compute, volume, self._port_quota())
 
     def _port_quota(self) -> dict[str, Any] | None:
@@ -499,7 +501,7 @@ class OpenStackProvider:
     def _list(self, operation: str, params: dict[str, Any], microversion: str | None) -> list[dict[str, Any]]:
         # The proxy is read inside the call: its first use authenticates, and a failure then is a cloud error.
         return self._idempotent(
-            operation, lambda: every_page(self.connection.compute, "/servers/detail", "servers", params, microversion)
+            operation, lambda: every_page(self._service("compute"), "/servers/detail", "servers", params, microversion)
         )
 
     @staticmethod
@@ -594,7 +596,7 @@ class OpenStackProvider:
         the answer (~5 ms of CPU each), the largest part of a create's cost to corral; the answer carries
         only the new server's id, which is all corral needs.
         """
-        compute = self.connection.compute
+        compute = self._service("compute")
         try:
             response = compute.post(
                 "/servers",
@@ -658,14 +660,14 @@ class OpenStackProvider:
         """`DELETE /servers/{id}`; a server already gone (404) is not an error. Sent raw through openstacksdk's
         authenticated adapter: its `delete_server` builds a `Server` resource first, for nothing we need."""
         self._idempotent(
-            f"delete server {server_id}", lambda: _delete(self.connection.compute, f"/servers/{server_id}")
+            f"delete server {server_id}", lambda: _delete(self._service("compute"), f"/servers/{server_id}")
         )
         self.listing.deleted(server_id)
 
     def _exists(self, server_id: str) -> bool:
         """`GET /servers/{id}`: whether Nova still has the server (a 404 says it does not)."""
         path = f"/servers/{server_id}"
-        return self._idempotent(f"show server {server_id}", lambda: _show(self.connection.compute, path)) is not None
+        return self._idempotent(f"show server {server_id}", lambda: _show(self._service("compute"), path)) is not None
 
     # -- cache volumes ----------------------------------------------------------------------------
 
@@ -697,7 +699,7 @@ class OpenStackProvider:
         (Cinder's `metadata` filter is one a deployment may turn off for its members: filtered here)."""
 
         listed = self._idempotent(
-            "list volumes", lambda: every_page(self.connection.block_storage, "/volumes/detail", "volumes", {})
+            "list volumes", lambda: every_page(self._service("block_storage"), "/volumes/detail", "volumes", {})
         )
         return [owned for volume in listed if (owned := self._cache_volume(volume)) is not None]
 
@@ -710,7 +712,7 @@ class OpenStackProvider:
         if spec.availability_zone:
             body["availability_zone"] = spec.availability_zone
         try:
-            response = self.connection.block_storage.post("/volumes", json={"volume": body}, raise_exc=False)
+            response = self._service("block_storage").post("/volumes", json={"volume": body}, raise_exc=False)
             os_exceptions.raise_from_response(response)
             created = self._cache_volume(response.json()["volume"])
         except Exception as exc:
@@ -721,7 +723,7 @@ class OpenStackProvider:
 
     def volume(self, volume_id: str) -> CloudVolume | None:
         def show() -> dict[str, Any] | None:  # read inside the retried call: a garbled answer is a cloud error
-            found = _show(self.connection.block_storage, f"/volumes/{volume_id}")
+            found = _show(self._service("block_storage"), f"/volumes/{volume_id}")
             return found.json()["volume"] if found is not None else None
 
         volume = self._idempotent(f"show volume {volume_id}", show)
@@ -729,7 +731,7 @@ class OpenStackProvider:
 
     def delete_volume(self, volume_id: str) -> None:
         self._idempotent(
-            f"delete volume {volume_id}", lambda: _delete(self.connection.block_storage, f"/volumes/{volume_id}")
+            f"delete volume {volume_id}", lambda: _delete(self._service("block_storage"), f"/volumes/{volume_id}")
         )
 
     def detach_volume(self, volume_id: str, attachment_id: str) -> None:
@@ -737,10 +739,18 @@ class OpenStackProvider:
 
         def detach() -> None:
             body = {"os-detach": {"attachment_id": attachment_id}}
-            response = self.connection.block_storage.post(f"/volumes/{volume_id}/action", json=body, raise_exc=False)
+            response = self._service("block_storage").post(f"/volumes/{volume_id}/action", json=body, raise_exc=False)
             os_exceptions.raise_from_response(response)
 
         self._idempotent(f"detach volume {volume_id}", detach)
+
+    def _service(self, name: str) -> RawService:
+        """The service proxy `name` (`compute`, `block_storage`) for corral's raw calls (`RawService`). Read
+        inside the call that uses it: the first read authenticates, and a failure then is a cloud error."""
+        raw = self._raw.get(name)
+        if raw is None:
+            raw = self._raw[name] = RawService(getattr(self.connection, name))
+        return raw
 
     def close(self) -> None:
         self.connection.close()
