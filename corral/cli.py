@@ -200,6 +200,7 @@ def _add_serve_parser(subcommands: argparse._SubParsersAction[argparse.ArgumentP
 def _serve(args: argparse.Namespace) -> int:
     import uvloop
 
+    from corral import gc_tuning
     from corral.config import ConfigError
     from corral.logs import configure_logging
     from corral.serve import serve
@@ -219,6 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
     except (AnotherCorralServing, SchemaTooNew) as exc:
         print(f"corral serve: {exc}", file=sys.stderr)
         return 2
+    gc_tuning.tune()
     uvloop.run(serve(service, host, int(port)))
     return 0
 
