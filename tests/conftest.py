@@ -13,12 +13,17 @@ import openstack
 import openstack.config
 import pytest
 
+from corral import gc_tuning
 from corral.store.database import Store
 from corral_sandbox.local import LocalCorral, corral_config, pool_spec, sandbox_cloud_config
 from corral_sandbox.server import Sandbox
 from corral_sandbox.world import Timings
 from tests.store_urls import postgres_url, sqlite_url
 from tests.webhook_receiver import WebhookReceiver
+
+gc_tuning.tune()
+"""The tests run corral's engine in their own processes (`LocalCorral`), as `corral serve` does: with its
+collector thresholds too. Measured: 8% less CPU for four e2e modules, 4% for the unit layer."""
 
 TEST_TIMINGS = Timings(boot_delay=0.05, register_delay=0.0, delete_delay=0.0)
 
