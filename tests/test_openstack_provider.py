@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openstack.connection
 import pytest
+from keystoneauth1.access.service_catalog import ServiceCatalog
 
 from corral.cloud.openstack import OpenStackProvider, ownership_tag
 from corral.cloud.provider import (
@@ -281,3 +282,32 @@ def test_a_server_deleted_before_it_was_scheduled_leaves_the_listing_though_nova
         assert listed("full") == full, "found out without a full listing"
     finally:
         control.put("/timings", json={"schedule_delay": 0.0}).raise_for_status()
+
+
+def test_the_hot_calls_read_the_service_catalog_once_not_once_a_request(
+    provider: OpenStackProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """keystoneauth works an endpoint out of the catalog on every request made without one (a fifth of a raw
+    request's CPU, `corral/cloud/raw_service.py`). Creates, deletes, listings and quota readings ask for the
+    endpoint once per service, whatever their number: counted, so a call sent the old way fails here."""
+    lookups: list[str] = []
+    original = ServiceCatalog.get_endpoints_data
+
+    def counted(catalog: ServiceCatalog, *args: Any, **kwargs: Any) -> Any:
+        lookups.append(str(kwargs.get("service_type") or (args[0] if args else "")))
+        return original(catalog, *args, **kwargs)
+
+    monkeypatch.setattr(ServiceCatalog, "get_endpoints_data", counted)
+
+    def one_of_each(n: int) -> None:
+        server = provider.create_server(spec(f"{n:010d}"))
+        provider.list_servers()
+        provider.headroom(volumes=True)
+        provider.delete_server(server.id)
+
+    one_of_each(0)  # the first calls look each endpoint up, and the names up (image, flavor, network; then kept)
+    assert {"compute", "image"} <= set(lookups)
+    lookups.clear()
+    for n in range(1, 6):
+        one_of_each(n)
+    assert lookups == [], "5 more creates, listings, quota readings and deletes looked nothing up"
