@@ -10,7 +10,6 @@ the least over the resources it uses; the resources at that least are what limit
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -46,18 +45,14 @@ class Headroom:
         )
 
     def less(self, costs: Iterable[tuple[ServerCost, int]]) -> Headroom:
-        """What is left once `count` servers of each `cost` are taken (never below zero).
-
-        Costs are summed by kind first: a pool's hundreds of in-flight reservations share one cost, so a
-        claim adds up one cost per pool, not six fields per reservation."""
-        counted: Counter[ServerCost] = Counter()
-        for cost, count in costs:
-            counted[cost] += count
+        """What is left once `count` servers of each `cost` are taken (never below zero). Each field is summed
+        over `costs`: a caller holding many servers of one cost passes them as one entry with their count."""
+        taken = list(costs)
         left = {}
         for name in HEADROOM_FIELDS:
             value = getattr(self, name)
             if value is not None:
-                value = max(0, value - sum(getattr(cost, name) * count for cost, count in counted.items()))
+                value = max(0, value - sum(getattr(cost, name) * count for cost, count in taken))
             left[name] = value
         return Headroom(**left)
 

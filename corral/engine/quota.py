@@ -112,6 +112,8 @@ class QuotaBudget:
         for a pool of priority `below`, less what waiting pools of higher priority need."""
         if self._headroom is None:
             return None
+        # Counted by cost: a pool's hundreds of in-flight reservations share one, so `less` sums one entry per
+        # pool, not six fields per reservation (that was ~6% of corral's CPU per job).
         reserved = Counter(held.cost for key, held in self._reserved.items() if key not in excluding)
         costs = list(reserved.items())
         if below is not None:
