@@ -170,10 +170,9 @@ class World:
 
     def _connect(self, runner_id: int, server_id: str) -> None:
         if self._starting.get(runner_id) != server_id:
-            return  # started early (`start_runners_now`), or its server is gone
+            return  # started early (`start_runners_now`), or its server is gone (`server_gone`, `reset`)
         del self._starting[runner_id]
-        if self._runner_of_server.get(server_id) == runner_id:
-            self.github.connect_runner(runner_id)
+        self.github.connect_runner(runner_id)
 
     def start_runners_now(self) -> int:
         """Every guest still within `register_delay` starts its runner now; returns how many did.
