@@ -143,10 +143,29 @@ def cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def metrics_page(url: str, token: str) -> str:
+    return httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).raise_for_status().text
+
+
 def passes(url: str, token: str) -> float:
     """The pool passes corral has made so far, every pool's (its `corral_reconcile_pass_seconds` histogram's count)."""
-    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).raise_for_status().text
-    return metric_total(text, "corral_reconcile_pass_seconds_count")
+    return metric_total(metrics_page(url, token), "corral_reconcile_pass_seconds_count")
+
+
+WORK_COUNTED = {
+    "passes": "corral_reconcile_pass_seconds_count",
+    "looks": "corral_observe_seconds_count",
+    "cloud_calls": "corral_cloud_calls_total",
+    "github_calls": "corral_github_calls_total",
+    "transitions": "corral_runner_transitions_total",
+    "webhooks": "corral_webhooks_total",
+}
+"""What corral did, by its own metrics, that a job's CPU pays for: the steady phase prints each per job."""
+
+
+def work_done(url: str, token: str) -> dict[str, float]:
+    page = metrics_page(url, token)
+    return {name: metric_total(page, sample) for name, sample in WORK_COUNTED.items()}
 
 
 def profiled(args: argparse.Namespace, pid: int) -> contextlib.AbstractContextManager[Profile | None]:
@@ -188,7 +207,8 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
             burst_passes = passes(corral_url, token) - passes_before
             wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "the burst's servers gone")
             before = control.get("/stats").json()
-            cpu_before = cpu_s(process)
+            cpu_before, work_before = cpu_s(process), work_done(corral_url, token)
+            system_before = process.cpu_times().system
             steady_from = datetime.now(UTC)
             steady = [
                 {"at": i / args.rate, "repo": "octo-org/app", "labels": LABELS[i % 3], "duration": 1.0}
@@ -204,6 +224,8 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
                 )
                 wait_for(lambda: control.get("/stats").json()["cloud"]["servers"] == 0, 120, "every server gone")
             cpu_steady = cpu_s(process) - cpu_before
+            system_steady = process.cpu_times().system - system_before
+            work = {name: n - work_before[name] for name, n in work_done(corral_url, token).items()}
             after = control.get("/stats").json()
         finally:
             corral.stop()
@@ -234,9 +256,11 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
     )
     print(
         f"steady_jobs={steady_jobs} p50_ms={statistics.median(steady_ms):.1f} p99_ms={percentile(steady_ms, 0.99):.1f} "
-        f"cpu_ms_per_job={cpu_steady / steady_jobs * 1000:.2f} runners_per_job={servers / steady_jobs:.3f} "
+        f"cpu_ms_per_job={cpu_steady / steady_jobs * 1000:.2f} "
+        f"(the kernel's part: {system_steady / steady_jobs * 1000:.2f}) runners_per_job={servers / steady_jobs:.3f} "
         f"github_calls_per_job={github_calls / steady_jobs:.2f}"
     )
+    print("steady, per job: " + " ".join(f"{name}={n / steady_jobs:.2f}" for name, n in work.items()))
     if burst_profile is not None:
         print(f"the burst, until its jobs completed: {burst_profile.report()}")
     if profile is not None:

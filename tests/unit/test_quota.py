@@ -130,6 +130,23 @@ def test_a_released_claim_gives_its_room_back_at_once() -> None:
     assert quota.left(excluding=[keys[1]]) == Headroom(cores=4)
 
 
+def test_claims_of_two_costs_released_twice_and_bound_leave_exactly_what_they_hold() -> None:
+    quota = budget(Headroom(cores=40, ram_mb=100_000))
+    small, _ = quota.claim(SMALL, 3, pool="small")
+    big, _ = quota.claim(BIG, 2, pool="big")
+    assert quota.left() == Headroom(cores=40 - 3 * 2 - 2 * 8, ram_mb=100_000 - 3 * 4096 - 2 * 16384)
+    quota.release(small[0])
+    quota.release(small[0])  # a second release of the same claim gives nothing back twice
+    quota.release("claim:unknown")
+    quota.bind(big[0], "runner-1")
+    quota.bind(small[1], "runner-1")  # the runner's claim replaced: it holds one server, not two
+    assert quota.reserved_runners() == ["runner-1"]
+    assert quota.left() == Headroom(cores=40 - 2 * 2 - 8, ram_mb=100_000 - 2 * 4096 - 16384)
+    assert quota.left(excluding=[small[2], small[2], "claim:unknown"]) == Headroom(
+        cores=40 - 2 - 8, ram_mb=100_000 - 4096 - 16384
+    )
+
+
 @pytest.mark.parametrize("headroom", [None, Headroom(cores=0)])
 def test_without_a_reading_or_a_known_cost_every_wanted_server_is_let_through(headroom: Headroom | None) -> None:
     quota = QuotaBudget(Clock())
