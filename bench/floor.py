@@ -89,7 +89,8 @@ def serve(info: SandboxInfo, port: int) -> None:
             json={"name": f"floor-{job_id}", "runner_group_id": 1, "labels": LABELS, "work_folder": "_work"},
             response_model=OrgsOrgActionsRunnersGenerateJitconfigPostResponse201,
         )
-        await asyncio.get_running_loop().run_in_executor(threads, create, job_id, response.parsed_data.encoded_jit_config)
+        encoded = response.parsed_data.encoded_jit_config
+        await asyncio.get_running_loop().run_in_executor(threads, create, job_id, encoded)
 
     async def main() -> None:
         async with GitHub(TokenAuthStrategy(info.pat), base_url=info.github_url) as github:
@@ -170,9 +171,7 @@ def measure(args: argparse.Namespace) -> None:
             control = httpx.Client(base_url=info.control_url, timeout=60)
             control.put("/rate-limit", json={"remaining": 10_000_000}).raise_for_status()
             port = free_port()
-            child = psutil.Popen(
-                [sys.executable, __file__, "--serve", json.dumps(info.as_dict()), "--port", str(port)]
-            )
+            child = psutil.Popen([sys.executable, __file__, "--serve", json.dumps(info.as_dict()), "--port", str(port)])
             base = f"http://127.0.0.1:{port}"
             try:
                 deadline = time.monotonic() + 60

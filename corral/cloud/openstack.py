@@ -32,6 +32,7 @@ from openstack import exceptions as os_exceptions
 from openstack import utils as os_utils
 from openstack.compute.v2.server import Server
 
+from corral.cloud.environment_once import read_environment_once
 from corral.cloud.images import find_image
 from corral.cloud.provider import (
     META_CACHE,
@@ -249,6 +250,7 @@ class OpenStackProvider:
         adapter = ks_session.TCPKeepAliveAdapter(pool_maxsize=connections)
         for scheme in ("https://", "http://"):
             connection.session.session.mount(scheme, adapter)
+        read_environment_once(connection.session.session)
         self._ids: dict[tuple[str, ImageRef], str] = {}
         self.listing = ServerListing(clock=clock)
         """The installation's servers as of the last listing: the next lists only what changed since."""
