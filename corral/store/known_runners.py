@@ -36,6 +36,10 @@ class KnownRunners:
 
     def __init__(self) -> None:
         self.rows: dict[str, tuple[Fingerprint, RunnerAndJob]] = {}
+        self.deleting: dict[str, tuple[Fingerprint, RunnerAndJob]] = {}
+        """The rows of runners being deleted, as the last read of them found them: a read without them keeps
+        these as they were. Apart, so that such a read copies them rather than picks them out of every row
+        (runners deleted since the last look wait for the next one, a look's interval of them when busy)."""
 
 
 @functools.cache
@@ -72,9 +76,8 @@ def live_of_pool(
             (read.runner.id, read) for read in runners.live_of_pool(connection, pool, deleting=deleting, ids=chunk)
         )
     # A read without the runners being deleted keeps those it knew: the next full read compares them.
-    rows = (
-        {} if deleting else {key: value for key, value in kept.items() if value[1].runner.state is RunnerState.DELETING}
-    )
+    rows = {} if deleting else dict(known.deleting)
+    being_deleted: dict[str, tuple[Fingerprint, RunnerAndJob]] = {} if deleting else known.deleting
     read_again = set(changed)
     found: list[RunnerAndJob] = []
     for runner_id, fingerprint in prints.items():
@@ -82,6 +85,9 @@ def live_of_pool(
         if row is None:
             continue  # it left the states asked for (or the table) between the two statements
         rows[runner_id] = (fingerprint, row)
+        if deleting and row.runner.state is RunnerState.DELETING:
+            being_deleted[runner_id] = (fingerprint, row)
         found.append(row)
     known.rows = rows
+    known.deleting = being_deleted
     return found

@@ -81,6 +81,7 @@ def test_a_read_without_the_runners_being_deleted_keeps_them_for_the_next_full_r
     partial, statements = read(store, known, deleting=False)
     assert {row.runner.id for row in partial} == {finishing.id, idle.id}
     assert statements == 1
+    assert set(known.deleting) == {deleting.id}
 
     # The next full read: the runner being deleted was kept and is not read again; one that moved is; one
     # gone since leaves the answer and the memory.
@@ -91,6 +92,7 @@ def test_a_read_without_the_runners_being_deleted_keeps_them_for_the_next_full_r
     assert statements == 2, "the fingerprints, then the one that finished"
     assert next(row for row in after if row.runner.id == idle.id) is full_by_id[idle.id]
     assert set(known.rows) == {finishing.id, idle.id}, "what left the pool leaves the memory too"
+    assert known.deleting == {}
 
 
 def test_a_runner_being_deleted_kept_through_a_partial_read_is_not_read_again(store: Store) -> None:
