@@ -14,6 +14,8 @@ and prints (never asserts):
   each fed the steady rate in turn: queued -> create request p50/p99 (from the job's queue time at GitHub to
   the create request of the runner that ran it), queued -> started p50/p99, runners and GitHub calls per job
   (REST and the Actions service apart);
+- the floor (`bench/floor.py`): the same steady jobs' I/O through the same libraries with no corral around it,
+  and corral's CPU per job over it;
 - webhook intake alone: signed `workflow_job` deliveries (GitHub's own example payload, ~8 KB) posted by 16
   keep-alive connections as fast as corral answers 202, on SQLite and on PostgreSQL, with corral's CPU
   per delivery.
@@ -52,6 +54,7 @@ from corral_sandbox.local import corral_config, pool_spec, sandbox_connection
 from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import floor
 from bench.loadgen import build_request, post_all
 from bench.spy import Profile, sampled
 from bench.support import metric_total, start_corral, start_sandbox, stop
@@ -173,7 +176,8 @@ def profiled(args: argparse.Namespace, pid: int) -> contextlib.AbstractContextMa
     return sampled(pid) if args.profile else nullcontext()
 
 
-def end_to_end(args: argparse.Namespace, folder: Path) -> None:
+def end_to_end(args: argparse.Namespace, folder: Path) -> float:
+    """The burst, then the steady rate; returns corral's CPU ms per job in the steady phase."""
     sandbox, info = start_sandbox(folder / "sandbox-e2e")
     try:
         control = httpx.Client(base_url=info.control_url, timeout=60)
@@ -265,6 +269,7 @@ def end_to_end(args: argparse.Namespace, folder: Path) -> None:
         print(f"the burst, until its jobs completed: {burst_profile.report()}")
     if profile is not None:
         print(f"the steady phase: {profile.report()}")
+    return cpu_steady / steady_jobs * 1000
 
 
 def creating_times(database: Path) -> dict[str, datetime]:
@@ -423,7 +428,11 @@ def main() -> None:
         for sub in ("sqlite", "postgresql"):
             (folder / sub).mkdir()
         if args.only in (None, "e2e"):
-            end_to_end(args, folder)
+            corral_ms = end_to_end(args, folder)
+            # The same jobs' I/O through the same libraries with no corral around it, on this machine now: the
+            # ratio says what corral adds, whatever the machine's speed today.
+            floor_ms = floor.measure(args)
+            print(f"corral_over_floor={corral_ms / floor_ms:.2f} (corral's CPU per job over the libraries' alone)")
         if args.only in (None, "intakes"):
             intakes_side_by_side(args, folder)
         if args.only in (None, "intake"):
