@@ -752,14 +752,18 @@ class CloudEntryConfig(CloudTuning):
 CLOUD_NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 
 
+MAX_JIT_CONCURRENCY = 256
+"""The most JIT configs `tuning.jit_concurrency` lets corral ask of GitHub at once."""
+
+
 class TuningConfig(StrictModel):
     """The engine's dials. The defaults suit thousands of jobs a day; change them when a measurement says so."""
 
-    jit_concurrency: int = Field(default=16, ge=1, le=256)
+    jit_concurrency: int = Field(default=16, ge=1, le=MAX_JIT_CONCURRENCY)
+    """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
     news_delay: Annotated[Duration, at_most(60.0, "longer holds a pool's pass back from news that came")] = 0.5
     """How long a pool's pass may wait after a webhook said one of its runners took or finished a job (a new
     queued job never waits): under load, one pass then takes the news of many jobs at once."""
-    """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
     lost_job_recheck: Annotated[Duration, at_most(600.0, "longer leaves a lost job's re-run waiting that long")] = 30.0
     """How often GitHub is asked about a job lost with its server until it has failed it (GitHub waits minutes
     for a silent runner), to re-run it then (`rerun_lost_jobs`)."""

@@ -32,7 +32,7 @@ from githubkit_schemas.latest.models import (
 )
 
 from corral import secrets
-from corral.config import GitHubConfig, ScopeConfig
+from corral.config import MAX_JIT_CONCURRENCY, GitHubConfig, ScopeConfig
 from corral.github.ratelimit import RateGate
 from corral.metrics import GITHUB_CALL_SECONDS, GITHUB_CALLS, GITHUB_RATE_LIMIT_REMAINING
 
@@ -40,6 +40,13 @@ T = TypeVar("T")
 
 PER_PAGE = 100
 SERVER_ERROR_RETRIES = 2
+OTHER_CALLS_AT_ONCE = 16
+"""Connections beside the JIT configs' for the other calls a pass or a look makes at once (listings,
+deregistrations, job checks)."""
+KEPT_OPEN = 32
+"""Idle connections kept for the next calls. httpcore looks at each connection in its pool (a readiness poll
+of every idle one) as each request starts and ends, so the pool is sized for the most calls corral makes at
+once but keeps no more idle than a steady load reuses."""
 DEFAULT_RUNNER_GROUP_ID = 1
 """Repository-scoped runners have no runner groups; GitHub takes group 1 (Default) for them."""
 
@@ -172,7 +179,12 @@ class GitHubClient:
     def __init__(self, config: GitHubConfig) -> None:
         self._config = config
         retry = RetryChainDecision(RetryServerError(max_retry=SERVER_ERROR_RETRIES))
-        self._transport = SharedTransport(limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))
+        # Room for every JIT config `tuning.jit_concurrency` allows at once (a fixed pool of 32 made a setting
+        # above 32 wait in the pool's queue), and for the other calls beside them.
+        limits = httpx.Limits(
+            max_connections=MAX_JIT_CONCURRENCY + OTHER_CALLS_AT_ONCE, max_keepalive_connections=KEPT_OPEN
+        )
+        self._transport = SharedTransport(limits=limits)
         common: dict[str, Any] = {
             # Our own token cache, not githubkit's process-wide default: forgetting it (below) must not
             # touch another client's tokens.

@@ -50,6 +50,13 @@ def instrumented_router(
 
             async def instrumented(request: Request) -> Response:
                 key = endpoint_key(request.method if request.method in methods else methods[0], path_format)
+                world.stats.began(side, key)
+                try:
+                    return await answer(request, key)
+                finally:
+                    world.stats.ended(side, key)
+
+            async def answer(request: Request, key: str) -> Response:
                 decision = world.faults.decide(side, *key.split(" ", 1))
                 if decision.latency_s:
                     # The request is received in full before the server dawdles, as with a slow real
