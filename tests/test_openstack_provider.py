@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import openstack.connection
 import pytest
+import requests.sessions
+import requests.utils
 from keystoneauth1.access.service_catalog import ServiceCatalog
 
 from corral.cloud.openstack import OpenStackProvider, ownership_tag
@@ -282,6 +284,34 @@ def test_a_server_deleted_before_it_was_scheduled_leaves_the_listing_though_nova
         assert listed("full") == full, "found out without a full listing"
     finally:
         control.put("/timings", json={"schedule_delay": 0.0}).raise_for_status()
+
+
+def test_the_hot_calls_read_the_proxy_environment_once_per_address_not_once_a_request(
+    provider: OpenStackProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """requests walks the environment for proxies on every request a plain session sends (an eighth of a
+    create's or delete's CPU, `corral/cloud/environment_once.py`). The provider's session does it once per
+    address: counted, so a provider whose session reads it per request again fails here."""
+    reads: list[str] = []
+    original = requests.utils.get_environ_proxies
+
+    def counted(url: str, no_proxy: str | None = None) -> dict[str, str]:
+        reads.append(url)
+        return original(url, no_proxy=no_proxy)
+
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+
+    def one_of_each(n: int) -> None:
+        server = provider.create_server(spec(f"{n:010d}"))
+        provider.list_servers()
+        provider.delete_server(server.id)
+
+    one_of_each(0)
+    assert reads, "the first calls read the environment for their addresses"
+    reads.clear()
+    for n in range(1, 6):
+        one_of_each(n)
+    assert reads == [], "5 more creates, listings and deletes read it no more"
 
 
 def test_the_hot_calls_read_the_service_catalog_once_not_once_a_request(
