@@ -760,7 +760,10 @@ class TuningConfig(StrictModel):
     """The engine's dials. The defaults suit thousands of jobs a day; change them when a measurement says so."""
 
     jit_concurrency: int = Field(default=16, ge=1, le=MAX_JIT_CONCURRENCY)
-    """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud)."""
+    """JIT configs asked of GitHub at once (a burst's creates wait for these before they reach the cloud).
+    github.com answers at most 100 requests of one client at once and, per endpoint, 900 points a minute (a
+    JIT config is a POST: 5 points, so 180 a minute) before its secondary rate limit pauses corral; a GitHub
+    Enterprise Server's limits are what its administrator set (none by default)."""
     news_delay: Annotated[Duration, at_most(60.0, "longer holds a pool's pass back from news that came")] = 0.5
     """How long a pool's pass may wait after a webhook said one of its runners took or finished a job (a new
     queued job never waits): under load, one pass then takes the news of many jobs at once."""
