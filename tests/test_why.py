@@ -134,6 +134,25 @@ def test_a_spent_github_rate_limit_says_until_when(
     assert "rate limit" in blocked_by(corral, job_id, WaitCode.GITHUB_RATE_LIMIT)
 
 
+def test_a_secondary_rate_limit_pauses_github_calls_until_its_retry_after_then_the_job_is_served(
+    sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral
+) -> None:
+    """GitHub's secondary limits (over 100 requests at once; over 900 points a minute to one endpoint, which is
+    180 JIT configs) answer 403 with a `Retry-After` while the hourly budget is far from spent. corral pauses the
+    credential until then, as at the primary limit, rather than meet the limit again every pass; the job waits
+    for that, says so, and is served after it."""
+    corral = start_corral({"small": pool_spec(["small"])}, default_pool="small", reconcile_interval="1s")
+    limited = {"secondary_rate_limit_rate": 1.0, "secondary_retry_after": 10}
+    control.put("/faults", json={"world": limited}).raise_for_status()
+    job_id = queue_job(control, ["small"])
+    assert "rate limit" in blocked_by(corral, job_id, WaitCode.GITHUB_RATE_LIMIT)
+    control.put("/faults", json={"world": {"secondary_rate_limit_rate": 0.0}}).raise_for_status()
+    wait_until(lambda: completed(control, job_id), timeout=45, what="the job, served after the Retry-After")
+    refused = control.get("/stats").json()["counters"]["github_secondary_rate_limits"]
+    # The calls already on their way when the limit closed (a JIT config, a listing) meet it; no pass after.
+    assert 1 <= refused <= 4, f"corral should wait for the Retry-After, not keep calling: {refused} refused calls"
+
+
 def test_a_booting_runner_is_named_then_the_timeline_tells_the_whole_way(
     sandbox: Sandbox, control: httpx.Client, start_corral: StartCorral, capsys: pytest.CaptureFixture[str]
 ) -> None:
