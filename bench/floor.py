@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import hashlib
-import hmac
 import json
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,7 +33,9 @@ from githubkit import GitHub, TokenAuthStrategy
 from githubkit_schemas.latest.models import OrgsOrgActionsRunnersGenerateJitconfigPostResponse201
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.loadgen import delivery_headers
 from bench.support import free_port, start_sandbox, stop
+from corral.github.webhooks import signature_valid
 from corral_sandbox.local import sandbox_connection
 from corral_sandbox.server import SandboxInfo
 from tests.webhook_fixtures import WEBHOOK_EXAMPLES
@@ -99,8 +98,7 @@ def serve(info: SandboxInfo, port: int) -> None:
             @app.post("/webhook")
             async def webhook(request: Request) -> Response:
                 body = await request.body()
-                expected = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-                if not hmac.compare_digest(expected, request.headers.get("x-hub-signature-256", "")):
+                if not signature_valid(secret, body, request.headers.get("x-hub-signature-256")):
                     return Response(status_code=401)
                 event = orjson.loads(body)
                 job_id = event["workflow_job"]["id"]
@@ -140,13 +138,7 @@ def deliveries(secret: str, rate: float, seconds: float) -> list[tuple[float, by
             event["workflow_job"]["id"] = 20_000_000 + index
             event["workflow_job"]["labels"] = LABELS
             body = json.dumps(event).encode()
-            headers = {
-                "X-GitHub-Event": "workflow_job",
-                "X-GitHub-Delivery": str(uuid.uuid4()),
-                "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
-                "Content-Type": "application/json",
-            }
-            planned.append((start + after, body, headers))
+            planned.append((start + after, body, delivery_headers(secret, body)))
     return sorted(planned, key=lambda delivery: delivery[0])
 
 

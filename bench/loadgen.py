@@ -8,9 +8,22 @@ answers with the least parsing that HTTP/1.1 allows (status line, Content-Length
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from urllib.parse import urlsplit
+
+
+def delivery_headers(secret: str, body: bytes) -> dict[str, str]:
+    """The headers of one `workflow_job` delivery of `body`, signed with `secret` as GitHub signs it."""
+    return {
+        "X-GitHub-Event": "workflow_job",
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+        "Content-Type": "application/json",
+    }
 
 
 def build_request(url: str, body: bytes, headers: dict[str, str]) -> bytes:

@@ -32,15 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from contextlib import nullcontext
 from datetime import UTC, datetime
@@ -55,7 +52,7 @@ from corral_sandbox.server import SandboxInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import floor
-from bench.loadgen import build_request, post_all
+from bench.loadgen import build_request, delivery_headers, post_all
 from bench.spy import Profile, sampled
 from bench.support import metric_total, start_corral, start_sandbox, stop
 from tests.store_urls import postgres_url
@@ -371,13 +368,7 @@ def signed_deliveries(secret: str, count: int) -> list[bytes]:
     for i in range(count):
         example["workflow_job"]["id"] = 10_000_000 + i
         body = json.dumps(example).encode()
-        headers = {
-            "X-GitHub-Event": "workflow_job",
-            "X-GitHub-Delivery": str(uuid.uuid4()),
-            "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
-            "Content-Type": "application/json",
-        }
-        requests.append(build_request("http://corral/webhook", body, headers))
+        requests.append(build_request("http://corral/webhook", body, delivery_headers(secret, body)))
     return requests
 
 
