@@ -14,8 +14,6 @@ from typing import Any
 import httpx
 import openstack.connection
 import pytest
-import requests.sessions
-import requests.utils
 from keystoneauth1.access.service_catalog import ServiceCatalog
 
 from corral.cloud.openstack import OpenStackProvider, ownership_tag
@@ -32,6 +30,7 @@ from corral.config import VolumeConfig
 from corral.metrics import REGISTRY
 from corral_sandbox.local import sandbox_connection
 from corral_sandbox.server import Sandbox
+from tests.environment_reads import environment_reads
 from tests.waiting import wait_until
 
 
@@ -292,14 +291,7 @@ def test_the_hot_calls_read_the_proxy_environment_once_per_address_not_once_a_re
     """requests walks the environment for proxies on every request a plain session sends (an eighth of a
     create's or delete's CPU, `corral/cloud/environment_once.py`). The provider's session does it once per
     address: counted, so a provider whose session reads it per request again fails here."""
-    reads: list[str] = []
-    original = requests.utils.get_environ_proxies
-
-    def counted(url: str, no_proxy: str | None = None) -> dict[str, str]:
-        reads.append(url)
-        return original(url, no_proxy=no_proxy)
-
-    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+    reads = environment_reads(monkeypatch)
 
     def one_of_each(n: int) -> None:
         server = provider.create_server(spec(f"{n:010d}"))

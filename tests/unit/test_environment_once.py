@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 import requests
-import requests.sessions
-import requests.utils
 
 from corral.cloud.environment_once import read_environment_once
+from tests.environment_reads import environment_reads
 
 NOVA = "https://nova.cloud.example:8774/v2.1/servers"
 KEYSTONE = "https://keystone.cloud.example:5000/v3/auth/tokens"
@@ -49,14 +48,7 @@ def test_proxies_no_proxy_and_the_ca_bundle_are_what_requests_itself_would_use()
 
 @pytest.mark.usefixtures("environment")
 def test_a_hundred_requests_to_two_addresses_read_the_environment_twice(monkeypatch: pytest.MonkeyPatch) -> None:
-    reads: list[str] = []
-    original = requests.utils.get_environ_proxies
-
-    def counted(url: str, no_proxy: str | None = None) -> dict[str, str]:
-        reads.append(url)
-        return original(url, no_proxy=no_proxy)
-
-    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+    reads = environment_reads(monkeypatch)
     session = requests.Session()
     read_environment_once(session)
     for n in range(50):
